@@ -168,12 +168,6 @@ class _RowSegment:
                 len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
         self.reg = reg if self.cached else set()
         self.aligned = True  # "new": the row loop being emitted moves whole vectors (else element by element)
-        # held inputs the same for every row (a norm's weight) are loaded once, before the row loop
-        # (lower_rows sets this for an "old" kernel of one segment of whole rows: Config.row_hoist; "new"
-        # counts a held input's registers only up to its last pass, data_regs); body() leaves those
-        # loads in self.hoisted
-        self.hoist = False
-        self.hoisted: list[str] = []
         self.carry: set = set()  # "new": values kept in registers from the pass that computes them ...
         self._carried: dict = {}  # ... those computed so far (key -> register element)
         self._passes: list[set] = []  # the per-element values each pass computes ...
@@ -389,22 +383,17 @@ class _RowSegment:
             out += [f"idx_t kr = {'row' if self.P > 1 else 'o'};"]
             out += [f"const off_t k{d} = (off_t)(kr % {self.kdims[d]}u); kr /= {self.kdims[d]}u;"
                     for d in range(len(self.kdims) - 1, 0, -1)] + ["const off_t k0 = (off_t)kr;"]
-        self.hoisted = []
         for key, (v, m) in enumerate(self.loads):
-            invariant = self.hoist and (v, m) in self.reg and len(self.kguard[(v, m)]) == len(self.kdims)
-            to = self.hoisted if invariant else out
-            if invariant and not self.hoisted:
-                to.append(f"const idx_t R = {self.R}u;")
-            to.append(f"const off_t rb{key} = {self.off[(v, m)][0]};")
+            out.append(f"const off_t rb{key} = {self.off[(v, m)][0]};")
             if (v, m) in self.reg and self.new:  # the row's elements in their storage type, by vectors
-                to += [f"{_vec(v, self.V)} x{key}[{self.J}];", "#pragma unroll",
-                       f"for (int j = 0; j < {self.J}; ++j) {{",
-                       f"  const idx_t t = (idx_t)lane + (idx_t)j * {self.G}u;",
-                       f"  if (t * {self.V}u < {self._end}) {{ {self._vload(f'x{key}[j]', (v, m))} }}", "}"]
+                out += [f"{_vec(v, self.V)} x{key}[{self.J}];", "#pragma unroll",
+                        f"for (int j = 0; j < {self.J}; ++j) {{",
+                        f"  const idx_t t = (idx_t)lane + (idx_t)j * {self.G}u;",
+                        f"  if (t * {self.V}u < {self._end}) {{ {self._vload(f'x{key}[j]', (v, m))} }}", "}"]
             elif (v, m) in self.reg:
                 ctype = cuda_c.compute_dtype(v.dtype).cuda_type
                 load = cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {self.off[(v, m)][1]}]", v.dtype)
-                to += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
+                out += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
         em = Emitter(self.lay, self.values, self._load, self._own, prefix=f"s{self.seg}_")
         nth = 0
         for op in self.ops:
@@ -671,7 +660,6 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     block = _block(G, M, R, columns, row_totals=not column_only)
     for p in parts:
         p.block = block
-        p.hoist = config.row_hoist and len(parts) == 1 and p.P == 1 and not new
     paths, start = [], 0
     for aligned in (True, False) if new and any(p.aligned_check() for p in parts) else (True,):
         fields, start = [], 0
@@ -685,8 +673,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
                                what=f"{p.M} rows x {p.R}{chunks} ({how})"))
             start += p.M * p.P
         checks = [c for p in parts for c in p.aligned_check()]
-        paths.append(dict(segments=fields, cond=" && ".join(dict.fromkeys(checks)) if aligned and checks else "",
-                          hoisted=[line for p in parts for line in p.hoisted]))
+        paths.append(dict(segments=fields, cond=" && ".join(dict.fromkeys(checks)) if aligned and checks else ""))
     fields = paths[0]["segments"]
     per_sm = config.column_threads if any(is_reduction(op) and op not in columns for op in group.ops) \
         or (new and G >= 32) else config.column_only_threads  # a wide row's partials: Config.column_threads

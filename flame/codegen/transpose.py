@@ -25,11 +25,14 @@ the read's width: the source is read once for both, instead of a cast kernel and
 result. Config.tiled_maps off (or FLAME_TILED_MAP=0) lowers such groups as index-mapping elementwise
 kernels instead (codegen/fused.lower_map).
 
-Tiles of 1-byte elements already move 16 bytes per thread on both sides (vr = vw = 16 where the extents
-and pointers allow), but a 64 x 64 tile is 4 KiB: one vector per thread in flight per phase, measured at
-70-78 % of copy for the FP8 GEMM operands on an H100. Config.wide_byte_tiles (or FLAME_WIDE_BYTE_TILES=1)
-makes them 128 x 128 (16 KiB, four vectors per thread per phase) where both extents reach 128; it is off
-until it is measured."""
+A tile of 1-byte results filled and emptied a byte per shared-memory access (16 of each per 16-byte
+vector) ran the FP8 GEMM operands' casts at 70-78 % of copy on an H100. Where the source has 1 or 2
+bytes an element and the extents take 4-element reads and 16-byte writes, each thread instead reads a
+4 x 4 block, packs its columns into words (the four bytes of a result row) and the tile is emptied 16
+bytes at a time (Config.byte_words, transpose.cu.j2's `packed`): the bf16 [4096, 11008] cast writing both
+layouts 81.6 -> 74.0 us (95 % of copy); from f32 sources the byte tile stays, which was faster there
+(40.4 against 44.2 us). Config.wide_byte_tiles (or FLAME_WIDE_BYTE_TILES=1) makes byte tiles 128 x 128
+(16 KiB) where both extents reach 128; it is off, measured slower (48-67 % of copy)."""
 
 from __future__ import annotations
 
@@ -153,7 +156,8 @@ def _tile_fields(
     `out` (of size bytes, the tile's), and `direct` ((pointer, element bytes) each) in src's layout as
     it is read: tile shape (wide: WIDE_TILE for 1-byte elements), vector widths, padding, tile count,
     alignment test, and whether the vector path packs 1-byte results into words (`words`, Config.byte_words:
-    64 x 64 tiles, reads of at least 4 elements and writes of 16, so 4 x 4 blocks never straddle an edge)."""
+    sources of 1 or 2 bytes, 64 x 64 tiles, reads of at least 4 elements and writes of 16, so 4 x 4 blocks
+    never straddle an edge)."""
     tile = 64 if min(t.ni, t.nj) >= 64 else 32
     if size == 1 and wide and min(t.ni, t.nj) >= WIDE_TILE:
         tile = WIDE_TILE
@@ -173,7 +177,7 @@ def _tile_fields(
         tj=tj,
         widths=[(vr, vw)] + ([(1, 1)] if (vr, vw) != (1, 1) else []),
         aligned=aligned,
-        words=words and size == 1 and tile == 64 and vr >= 4 and vw == 16,
+        words=words and size == 1 and load_size <= 2 and tile == 64 and vr >= 4 and vw == 16,
     )
 
 

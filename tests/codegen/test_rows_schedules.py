@@ -413,15 +413,3 @@ def test_row_stream_min_reads_the_environment_and_keys_the_kernels(monkeypatch):
     monkeypatch.setenv("FLAME_ROW_STREAM_MIN", "long")
     with pytest.raises(Exception, match="FLAME_ROW_STREAM_MIN='long'"):
         row_stream_min()
-
-
-def test_old_rows_load_row_invariant_inputs_once():
-    """With Config.row_hoist, a LayerNorm backward's weight (the same for every row) is loaded before the
-    row loop, once per thread; by default it is loaded again for each row. Both compile."""
-    (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 96))[0])
-    hoisted, plain = lower(grp, Config(rows_schedule="old", row_hoist=True))[0].source, lower(grp, OLD)[0].source
-    before, loop = hoisted.split("for (idx_t u = ", 1)
-    assert "const off_t rb" in before and "const off_t rb" not in plain.split("for (idx_t u = ", 1)[0]
-    held = {line.split("=")[0].split()[-1] for line in before.splitlines() if "const off_t rb" in line}
-    assert held and not any(f"const off_t {rb} =" in loop for rb in held)  # not loaded again per row
-    assert len(compile_many([hoisted, plain], "sm_90")) == 2

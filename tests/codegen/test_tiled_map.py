@@ -200,3 +200,13 @@ def test_switches_are_codegen_settings(monkeypatch):
     monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", "1")
     assert codegen_settings()[2:4] == (False, True)
     assert tiled_maps(Config(tiled_maps=True)) is True and wide_byte_tiles(Config(wide_byte_tiles=False)) is False
+
+
+@pytest.mark.parametrize("src,words", [("bfloat16", True), ("float16", True), ("float32", False)])
+def test_casts_from_narrow_sources_pack_words(cuda_target, src, words):
+    """An FP8 cast's tiled transpose packs 4 x 4 blocks into words (Config.byte_words) from 2-byte sources;
+    from f32 it keeps the byte tile, the faster one there."""
+    step, a, got, _ = _run((256, 512), src, f8e4m3)
+    (k,) = [k for k in step._last.plan.kernels() if "_tiled_" in k.name]
+    assert ("tilew[" in k.source) is words
+    _same(got, _want(a, src, 3.5, f8e4m3))

@@ -88,7 +88,7 @@ def test_one_byte_tiles_move_words_where_whole_blocks_fit(monkeypatch, dtype):
     assert "tilew[" in _kernel((4096, 11008), (1, 0), dtype).source
     assert "tilew[" not in _kernel((7, 1000, 1001), (0, 2, 1), dtype).source
     assert "tilew[" not in _kernel((3, 1000, 72), (0, 2, 1), dtype).source  # rows of 1000 bytes: no 16-byte writes
-    assert "tilew[" not in _kernel((64, 128, 4096), (0, 2, 1), "bf16").source
+    assert "tilew[" not in _kernel((64, 128, 4096), (0, 2, 1), "bf16").source  # 2-byte results
     monkeypatch.setenv("FLAME_BYTE_WORDS", "0")
     assert "tilew[" not in _kernel((64, 128, 4096), (0, 2, 1), dtype).source
 
