@@ -189,10 +189,10 @@ def row_stream_min(config: Config = DEFAULT_CONFIG) -> int:
 
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
     """The settings codegen reads from the environment (rows_schedule, balanced_scalars, tiled_maps,
-    wide_byte_tiles, row_stream_min, flash_pipeline, byte_words): part of every key under which rendered
+    wide_byte_tiles, byte_words, row_stream_min, flash_pipeline): part of every key under which rendered
     kernels or compiled plans are kept."""
     return (rows_schedule(config), balanced_scalars(config), tiled_maps(config), wide_byte_tiles(config),
-            row_stream_min(config), flash_pipeline(), byte_words(config))
+            byte_words(config), row_stream_min(config), flash_pipeline())
 
 
 @dataclass(frozen=True)
