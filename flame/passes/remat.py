@@ -68,7 +68,10 @@ def nbytes(v: Value) -> int:
 
 def split(g: Graph) -> int:
     """Index of the first backward op (len(g.ops) when there is none): the forward ends there."""
-    return next((i for i, op in enumerate(g.ops) if is_backward(op)), len(g.ops))
+    for i, op in enumerate(g.ops):
+        if isinstance(op.loc, BackwardLoc):  # (is_backward, inline)
+            return i
+    return len(g.ops)
 
 
 def saved(g: Graph) -> set[Value]:
@@ -81,11 +84,10 @@ def saved(g: Graph) -> set[Value]:
 def _ancestors(g: Graph, needed: set[Value]) -> list[Op]:
     """The forward ops that some needed value depends on (those included), in order."""
     s = split(g)
-    forward = {op.out for op in g.ops[:s]}
-    anc = set(needed)
+    anc = set(needed)  # (holds graph inputs too: only forward results are looked up in it)
     for op in reversed(g.ops[:s]):
         if op.out in anc:
-            anc.update(v for v in op.inputs if v in forward)
+            anc.update(op.inputs)
     return [op for op in g.ops[:s] if op.out in anc]
 
 

@@ -210,20 +210,29 @@ def _sink_broadcasts(op: Op, b: Builder) -> Value | None:
     opdef = REGISTRY[op.name]
     if opdef.category != "elementwise" or len(op.inputs) < 2:
         return None
-    inputs: list[Value | Op] = list(op.inputs)  # an Op stands for a `full` to re-emit as a scalar
+    return _sink_into(op, b)
+
+
+def _sink_into(op: Op, b: Builder) -> Value | None:
+    """_sink_broadcasts for an elementwise op."""
+    if len(op.inputs) < 2:
+        return None
+    inputs: list[Value | Op] | None = None  # an Op stands for a `full` to re-emit as a scalar
     for i, v in enumerate(op.inputs):
-        inner = _producer(v, "broadcast_to") or (v.producer if is_fill(v.producer) else None)
-        if inner is None or v.shape == ():
+        inner = v.producer
+        if inner is None or not (inner.name == "broadcast_to" or is_fill(inner)) or v.shape == ():
             continue
+        if inputs is None:
+            inputs = list(op.inputs)
         narrow = inner if is_fill(inner) else inner.inputs[0]  # a `full`, or a broadcast_to's input
         types = [_type_of(w) for w in inputs[:i] + [narrow] + inputs[i + 1 :]]
         try:
-            fits = opdef.infer(types, **op.attrs) == op.out.type
+            fits = REGISTRY[op.name].infer(types, **op.attrs) == op.out.type
         except FlameError:
             fits = False
         if fits:
             inputs[i] = narrow
-    if all(w is v for w, v in zip(inputs, op.inputs)):
+    if inputs is None or all(w is v for w, v in zip(inputs, op.inputs)):
         return None
     scalars = [
         w if isinstance(w, Value) else b.full(shape=(), value=w.attrs["value"], dtype=w.out.dtype) for w in inputs
@@ -266,10 +275,37 @@ def _no_rule(op: Op, b: Builder) -> Value | None:
 
 
 def _simplify(op: Op, b: Builder) -> Value | None:
-    if REGISTRY[op.name].call_result:  # a user Function's result: its inlined forward, once autodiff is done
-        return op.inputs[-1]
-    got = RULES.get(op.name, _no_rule)(op, b)
-    return got if got is not None else _sink_broadcasts(op, b)
+    rule = _BY_NAME.get(op.name)
+    if rule is None:
+        rule = _BY_NAME[op.name] = _rule_for(op.name)
+    return rule(op, b)
+
+
+def _call_result(op: Op, b: Builder) -> Value | None:
+    """A user Function's result: its inlined forward, once autodiff is done."""
+    return op.inputs[-1]
+
+
+def _rule_for(name: str) -> Rule:
+    """The rule _simplify applies to ops named `name`: call_result's, else RULES' rule, then (for an
+    elementwise op, where that gives nothing) _sink_into. (An op's traits never change once registered.)"""
+    opdef = REGISTRY[name]
+    if opdef.call_result:
+        return _call_result
+    rule = RULES.get(name)
+    if opdef.category != "elementwise":
+        return rule or _no_rule
+    if rule is None:
+        return _sink_into
+
+    def then_sink(op: Op, b: Builder) -> Value | None:
+        got = rule(op, b)
+        return got if got is not None else _sink_into(op, b)
+
+    return then_sink
+
+
+_BY_NAME: dict[str, Rule] = {}  # op name -> _rule_for(name)
 
 
 def simplify_algebra(g: Graph) -> Graph:
