@@ -42,10 +42,13 @@ def _evaluate(op: Op) -> np.ndarray | None:
 
 
 def _fold(op: Op, b: Builder) -> Value | None:
+    if not op.inputs:
+        return None
+    for v in op.inputs:  # (most ops read a computed value: asked first)
+        if v.producer is None or not is_constant(v.producer):
+            return None
     if is_collective(op):
         return None  # its result depends on what the other ranks hold
-    if not op.inputs or any(v.producer is None or not is_constant(v.producer) for v in op.inputs):
-        return None
     elems = [full_value(v) for v in op.inputs]
     if all(e is not None for e in elems) and _preserves_uniform(op):
         elem = _uniform_result(op, elems)
