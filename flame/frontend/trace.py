@@ -401,7 +401,7 @@ class Trace:
         """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss."""
         carries, on_path = set(leaves), set()
         for op in self.graph.ops:
-            if op.name != STOP_GRADIENT.name and any(v in carries for v in op.inputs):
+            if op.name != STOP_GRADIENT.name and not carries.isdisjoint(op.inputs):
                 carries.add(op.out)
         producer = {op.out: op for op in self.graph.ops}
         stack = [loss]

@@ -30,7 +30,7 @@ def _depends_on(g: Graph, wrt: Sequence[Value]) -> set[Value]:
     """Every value that has a data path from one of `wrt` (those included)."""
     seen = set(wrt)
     for op in g.ops:
-        if any(v in seen for v in op.inputs):
+        if not seen.isdisjoint(op.inputs):
             seen.add(op.out)
     return seen
 
@@ -60,7 +60,7 @@ def _emit_residuals(g: Graph, out: Value, end: int, needed: set[Value]) -> dict:
             live.update(op.inputs)
     for op in ops:
         make = REGISTRY[op.name].residuals
-        if make is None or op.out not in live or not any(v in needed for v in op.inputs):
+        if make is None or op.out not in live or needed.isdisjoint(op.inputs):
             continue
         start = len(g.ops)
         saved[op] = tuple(make(Builder(g, op.loc), *op.inputs, op.out, **op.attrs))
@@ -183,7 +183,7 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
         opdef = REGISTRY[op.name]
         if opdef.call_result:
             gout = _call_cotangents(calls[op], ct)
-        if gout is None or opdef.vjp is None or not any(v in needed for v in op.inputs):
+        if gout is None or opdef.vjp is None or needed.isdisjoint(op.inputs):
             continue
         b.loc = BackwardLoc(op.loc or "")
         start = len(g.ops)
