@@ -219,8 +219,8 @@ def _sink_into(op: Op, b: Builder) -> Value | None:
         return None
     inputs: list[Value | Op] | None = None  # an Op stands for a `full` to re-emit as a scalar
     for i, v in enumerate(op.inputs):
-        inner = v.producer
-        if inner is None or not (inner.name == "broadcast_to" or is_fill(inner)) or v.shape == ():
+        inner = _producer(v, "broadcast_to") or (v.producer if is_fill(v.producer) else None)
+        if inner is None or v.shape == ():
             continue
         if inputs is None:
             inputs = list(op.inputs)
