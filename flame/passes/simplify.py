@@ -206,15 +206,8 @@ def _reduce_extreme(op: Op, b: Builder) -> Value | None:
 def _sink_broadcasts(op: Op, b: Builder) -> Value | None:
     """elementwise(..., broadcast_to(y), ...) -> elementwise(..., y, ...) and elementwise(..., full[S] c,
     ...) -> elementwise(..., full[] c, ...) when NumPy broadcasting still gives the op's result shape:
-    the op broadcasts by itself, elementwise results do not depend on how an operand was expanded."""
-    opdef = REGISTRY[op.name]
-    if opdef.category != "elementwise" or len(op.inputs) < 2:
-        return None
-    return _sink_into(op, b)
-
-
-def _sink_into(op: Op, b: Builder) -> Value | None:
-    """_sink_broadcasts for an elementwise op."""
+    the op broadcasts by itself, elementwise results do not depend on how an operand was expanded.
+    For elementwise ops (`_rule_for`)."""
     if len(op.inputs) < 2:
         return None
     inputs: list[Value | Op] | None = None  # an Op stands for a `full` to re-emit as a scalar
@@ -288,7 +281,7 @@ def _call_result(op: Op, b: Builder) -> Value | None:
 
 def _rule_for(name: str) -> Rule:
     """The rule _simplify applies to ops named `name`: call_result's, else RULES' rule, then (for an
-    elementwise op, where that gives nothing) _sink_into. (An op's traits never change once registered.)"""
+    elementwise op, where that gives nothing) _sink_broadcasts. (An op's traits never change once registered.)"""
     opdef = REGISTRY[name]
     if opdef.call_result:
         return _call_result
@@ -296,11 +289,11 @@ def _rule_for(name: str) -> Rule:
     if opdef.category != "elementwise":
         return rule or _no_rule
     if rule is None:
-        return _sink_into
+        return _sink_broadcasts
 
     def then_sink(op: Op, b: Builder) -> Value | None:
         got = rule(op, b)
-        return got if got is not None else _sink_into(op, b)
+        return got if got is not None else _sink_broadcasts(op, b)
 
     return then_sink
 
