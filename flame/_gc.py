@@ -30,5 +30,10 @@ def paused() -> Iterator[None]:
     gc.disable()
     try:
         yield
-    finally:
-        gc.enable()
+    except BaseException:
+        gc.enable()  # a failed build's garbage (a traceback's frames) is collected as usual
+        raise
+    if gc.get_freeze_count() == 0:  # (a program that froze objects itself keeps them frozen)
+        gc.freeze()  # every tracked object into the oldest generation, unscanned
+        gc.unfreeze()
+    gc.enable()
