@@ -75,6 +75,8 @@ def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
     t = type(x)
     if t in _SELF:  # (the common cases first, by exact type: the same answers as the general ones below)
         return x
+    if t is str:
+        return {"s": texts.setdefault(x, len(texts))} if len(x) >= LONG else x
     if t is tuple:
         return [v if type(v) in _SELF else _enc(v, ops, texts) for v in x]
     if t is Op:  # (a fused kernel's thousands of ops)
@@ -82,8 +84,6 @@ def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
         if at is None:
             raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
         return {"o": at}
-    if t is str and len(x) >= LONG:
-        return {"s": texts.setdefault(x, len(texts))}
     if isinstance(x, Op):
         if x not in ops:
             raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
@@ -123,7 +123,11 @@ def _dec(x, ops: list[Op], texts: list[str]):
 
 
 def _fields(x, ops: dict[Op, int], texts: dict[str, int]) -> dict:
-    return {n: _enc(getattr(x, n), ops, texts) for n in _names(type(x))}
+    out = {}
+    for n in _names(type(x)):
+        v = getattr(x, n)
+        out[n] = v if type(v) in _SELF else _enc(v, ops, texts)
+    return out
 
 
 @lru_cache(maxsize=256)
