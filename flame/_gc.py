@@ -12,11 +12,13 @@ build. What the build leaves is then nearly all alive (the compiled graph and pl
 12-block GPT's compile leaves ~80k tracked objects, ~250k while a debug observer keeps every stage,
 and a few hundred of them are garbage: template and helper cycles), and the young collection that
 would run as the collector is enabled again only scans it to promote it (11 ms and 30 ms on a 2-core
-CPU). So a build that succeeds moves every tracked object into the oldest generation unscanned
-(gc.freeze then gc.unfreeze) before enabling the collector: that garbage is freed by the next full
-collection instead. A build that raises enables the collector as it is, which collects the failed
-build's garbage (a traceback's frames) as usual; a program that froze objects itself (gc.freeze,
-before forking) keeps them frozen, the build's objects left to the young collection.
+CPU). So the young generations are collected as a build starts (the collector's thresholds keep
+them small: microseconds), and a build that succeeds then moves every tracked object into the oldest
+generation unscanned (gc.freeze then gc.unfreeze) before enabling the collector: the build's few
+hundred objects of garbage are freed by the next full collection instead, and the program's own
+garbage was collected already. A build that raises enables the collector as it is, which collects
+the failed build's garbage (a traceback's frames) as usual; a program that froze objects itself
+(gc.freeze, before forking) keeps them frozen, the build's objects left to the young collection.
 A collector the program disabled itself stays disabled; building inside a build changes nothing."""
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def paused() -> Iterator[None]:
     if not gc.isenabled():
         yield
         return
+    gc.collect(1)  # the young generations (small), so that what is young at the end is the build's
     gc.disable()
     try:
         yield
