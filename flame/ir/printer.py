@@ -159,14 +159,17 @@ def graph_data(g: Graph) -> dict:
     group whose ops are not consecutive)."""
     ids, regions = g.numbering(), checkpoint_numbers(g)
     types: dict[Any, int] = {}
+    type_at: dict[int, int] = {}  # id(type) -> its entry (ops share type objects: a look-up without hashing one)
     kinds: dict[tuple[str, str], int] = {}
     rows, marks = [], []
     try:
         for i, op in enumerate(g.ops):
             attrs = ", ".join([f"{k}={format_attr(v)}" for k, v in op.attrs.items()]) if op.attrs else ""
-            row = [kinds.setdefault((op.name, attrs), len(kinds)), types.setdefault(op.out.type, len(types))]
-            row += [ids[v] for v in op.inputs]
-            rows.append(row)
+            t = op.out.type
+            at = type_at.get(id(t))
+            if at is None:
+                at = type_at[id(t)] = types.setdefault(t, len(types))
+            rows.append([kinds.setdefault((op.name, attrs), len(kinds)), at, *[ids[v] for v in op.inputs]])
             loc = op.loc
             if loc is not None and type(loc) is not str and isinstance(loc, CheckpointLoc):
                 marks.append([i, regions.get(loc.region, loc.region), loc.saved])

@@ -9,11 +9,15 @@ user's line, and whether the op is the backward's or a recomputation; each disti
 Given the trace the graph was compiled from, a loc is written as the position of the trace op whose
 line it is (with the note a pass appended to it: flame.ir.locs), not as the line: read back with
 another trace of the same text and layout (what the plan cache's key holds), it is that trace's line,
-so a plan one program stored names the lines of the program that loads it. The plan travels as JSON:
-every buffer and step is a frozen dataclass, written field by field, with an op written as its
-position in the graph, a dtype by its name, a tuple as a list and a long string (a kernel's source,
-which every launch of that kernel holds) once, in a table of texts. So a loaded plan's steps read the
-loaded graph's ops, exactly as a plan built from that graph would. Reading the graph back skips the
+so a plan one program stored names the lines of the program that loads it. The plan travels as plain
+data (lists, dicts, strings, numbers, None, booleans): every buffer and step is a frozen dataclass,
+written field by field, with an op written as its position in the graph, a dtype by its name, a tuple
+as a list and a long string (a kernel's source, which every launch of that kernel holds) once, in a
+table of texts. So a loaded plan's steps read the loaded graph's ops, exactly as a plan built from
+that graph would. That data is pickled (a 12-block GPT's, 1.1 MB as JSON, in 3 ms instead of JSON's
+11, and read in 5 instead of 8) and zlib-compressed; it is read back by an unpickler that looks up no
+class or function (`_PlainData`), so a payload holding anything but plain data is BadPayload, and
+dumps refuses to write one (NotStorable). Reading the graph back skips the
 verifier's shape rules (it was written from a verified graph, and the entry is signed);
 tests/plan/test_plan_load.py holds it to the verified parse of its text.
 
@@ -24,8 +28,9 @@ cannot read back (damaged or foreign data, locs written for a trace of other ops
 from __future__ import annotations
 
 import dataclasses
-import json
+import io
 import numbers
+import pickle
 import zlib
 from functools import lru_cache
 
@@ -37,7 +42,7 @@ from flame.ir.parser import graph_from_data
 from flame.ir.printer import graph_data
 from flame.plan.steps import ActivationBudget, Buffer, MemoryBudget, Plan, Step
 
-FORMAT = 5  # the payload's layout; an entry of another layout is rebuilt
+FORMAT = 6  # the payload's layout; an entry of another layout is rebuilt
 LONG = 256  # a string field this long (a kernel's source) is written once, in the payload's table of texts
 
 
@@ -64,12 +69,14 @@ _SELF = frozenset((int, float, bool, type(None)))  # what _enc writes as itself,
 
 
 def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
-    """x as JSON data: numbers, strings, None as themselves, tuples as lists, ops as {"o": position},
+    """x as plain data: numbers, strings, None as themselves, tuples as lists, ops as {"o": position},
     dtypes as {"d": name}, a long string (launches of one kernel share its source) as {"s": its
     position in `texts`}."""
     t = type(x)
     if t in _SELF:  # (the common cases first, by exact type: the same answers as the general ones below)
         return x
+    if t is str:
+        return {"s": texts.setdefault(x, len(texts))} if len(x) >= LONG else x
     if t is tuple:
         return [v if type(v) in _SELF else _enc(v, ops, texts) for v in x]
     if t is Op:  # (a fused kernel's thousands of ops)
@@ -77,8 +84,6 @@ def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
         if at is None:
             raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
         return {"o": at}
-    if t is str and len(x) >= LONG:
-        return {"s": texts.setdefault(x, len(texts))}
     if isinstance(x, Op):
         if x not in ops:
             raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
@@ -96,7 +101,7 @@ def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
     raise NotStorable(f"no stored form for {type(x).__name__} {x!r}")
 
 
-_PLAIN = frozenset((int, float, str, bool, type(None)))  # JSON values that decode as themselves
+_PLAIN = frozenset((int, float, str, bool, type(None)))  # stored values that decode as themselves
 
 
 def _dec(x, ops: list[Op], texts: list[str]):
@@ -118,7 +123,11 @@ def _dec(x, ops: list[Op], texts: list[str]):
 
 
 def _fields(x, ops: dict[Op, int], texts: dict[str, int]) -> dict:
-    return {n: _enc(getattr(x, n), ops, texts) for n in _names(type(x))}
+    out = {}
+    for n in _names(type(x)):
+        v = getattr(x, n)
+        out[n] = v if type(v) in _SELF else _enc(v, ops, texts)
+    return out
 
 
 @lru_cache(maxsize=256)
@@ -181,7 +190,25 @@ def dumps(graph: Graph, plan: Plan | None, trace: Graph | None = None) -> bytes:
         "plan": None if plan is None else _plan(plan, graph, ops, numbers_, texts),
         "texts": list(texts),
     }
-    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
+    out = io.BytesIO()
+    _PlainPickler(out, pickle.HIGHEST_PROTOCOL).dump(data)
+    return zlib.compress(out.getbuffer(), 1)
+
+
+class _PlainPickler(pickle.Pickler):
+    """A pickler of plain data only (the containers, strings and numbers dumps makes): anything else
+    is NotStorable, since loads would not read it back."""
+
+    def reducer_override(self, obj):  # (called for all but None, booleans and exact ints, floats, strs, lists ...)
+        raise NotStorable(f"no stored form for {type(obj).__name__} {obj!r}")
+
+
+class _PlainData(pickle.Unpickler):
+    """An unpickler of plain data: it looks up no class or function, so a payload naming one (not
+    made by dumps) is refused."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"a payload names {module}.{name}; it holds plain data only")
 
 
 def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict, texts: dict[str, int]) -> dict:
@@ -206,13 +233,22 @@ def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict, texts: 
     }
 
 
+def payload_data(payload: bytes) -> dict:
+    """The plain data a payload made by dumps holds (what loads reads the graph and plan from); zlib.error,
+    pickle.UnpicklingError, EOFError or BadPayload for what is not such a payload."""
+    data = _PlainData(io.BytesIO(zlib.decompress(payload))).load()
+    if type(data) is not dict:
+        raise BadPayload(f"payload of {type(data).__name__}, expected a dict")
+    return data
+
+
 def loads(payload: bytes, trace: Graph | None = None) -> tuple[Graph, Plan | None]:
     """The graph and plan (None if the payload holds the graph alone) of a payload made by dumps, its
     locs made from `trace`'s where dumps wrote them as a trace's (trace: a graph of the same printed
     text and flame.ir.locs.layout as dumps's). BadPayload if it is not one, or if it needs a trace of
     another number of ops than `trace`'s."""
     try:
-        data = json.loads(zlib.decompress(payload))
+        data = payload_data(payload)
         if data.get("format") != FORMAT:
             raise BadPayload(f"payload layout {data.get('format')!r}, expected {FORMAT}")
         wanted = data["trace_ops"]
@@ -231,7 +267,8 @@ def loads(payload: bytes, trace: Graph | None = None) -> tuple[Graph, Plan | Non
         plan = None if data["plan"] is None else _unplan(data["plan"], graph, values, data["texts"])
     except BadPayload:
         raise
-    except (FlameError, ValueError, KeyError, IndexError, TypeError, AttributeError, zlib.error) as e:
+    except (FlameError, ValueError, KeyError, IndexError, TypeError, AttributeError, zlib.error, EOFError,
+            pickle.UnpicklingError) as e:
         raise BadPayload(f"{type(e).__name__}: {e}") from None
     return graph, plan
 

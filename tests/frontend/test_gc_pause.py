@@ -82,3 +82,20 @@ def test_trace_and_optimized_build_with_the_collector_paused(collector_enabled, 
     step, seen = _step()
     graph = getattr(step, method)(flame.tensor(np.ones((4, 3), np.float32)))
     assert graph.ops and seen == [False] and gc.isenabled()
+
+
+def test_a_build_leaves_nothing_frozen_and_the_programs_frozen_objects_frozen(collector_enabled):
+    """A build moves what it leaves into the oldest generation (gc.freeze, gc.unfreeze): nothing stays
+    frozen after it, and objects the program froze itself stay frozen."""
+    step, _ = _step()
+    assert step(flame.tensor(np.ones((4, 3), np.float32))).item() == 24.0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        other, seen = _step()
+        assert other(flame.tensor(np.ones((5, 3), np.float32))).item() == 30.0
+        assert seen == [False] and gc.isenabled()
+        assert 0 < gc.get_freeze_count() <= frozen  # (a frozen object freed meanwhile leaves the count)
+    finally:
+        gc.unfreeze()

@@ -11,10 +11,12 @@ import hashlib
 import hmac
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -108,7 +110,7 @@ def _forge(entry: Path) -> None:
     entry.write_bytes(plan_cache.MAGIC + mac + b"\n" + payload)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "forged", "stale"])
+@pytest.mark.parametrize("damage", ["truncated", "forged", "stale", "json", "class"])
 def test_a_damaged_entry_is_rebuilt_with_one_warning(damage, cache_dir, monkeypatch):
     first, _ = _first_call(monkeypatch)
     (entry,) = _entries(cache_dir)
@@ -116,8 +118,13 @@ def test_a_damaged_entry_is_rebuilt_with_one_warning(damage, cache_dir, monkeypa
         entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
     elif damage == "forged":
         _forge(entry)
-    else:  # signed with the user's key, but not a payload this flame reads
+    elif damage == "stale":  # signed with the user's key, but not a payload this flame reads
         nvrtc.write_signed(entry, b"not a plan", plan_cache.MAGIC)
+    elif damage == "json":  # signed, in an earlier layout: the data as JSON text
+        nvrtc.write_signed(entry, zlib.compress(json.dumps({"format": 5}).encode()), plan_cache.MAGIC)
+    else:  # signed, but naming a class, which no payload dumps makes does: refused, the class not looked up
+        data = pickle.dumps({"format": serial.FORMAT, "trace_ops": None, "path": Path("x")})
+        nvrtc.write_signed(entry, zlib.compress(data), plan_cache.MAGIC)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out, did = _first_call(monkeypatch)
