@@ -14,8 +14,8 @@ data (lists, dicts, strings, numbers, None, booleans): every buffer and step is 
 written field by field, with an op written as its position in the graph, a dtype by its name, a tuple
 as a list and a long string (a kernel's source, which every launch of that kernel holds) once, in a
 table of texts. So a loaded plan's steps read the loaded graph's ops, exactly as a plan built from
-that graph would. That data is pickled (a 12-block GPT's, 1.1 MB as JSON, in 3 ms instead of JSON's
-11, and read in 5 instead of 8) and zlib-compressed; it is read back by an unpickler that looks up no
+that graph would. That data is pickled (a 12-block GPT's, 1.1 MB as JSON text, in 3 ms where JSON took
+11, and read in 5 where JSON took 8) and zlib-compressed; it is read back by an unpickler that looks up no
 class or function (`_PlainData`), so a payload holding anything but plain data is BadPayload, and
 dumps refuses to write one (NotStorable). Reading the graph back skips the
 verifier's shape rules (it was written from a verified graph, and the entry is signed);
