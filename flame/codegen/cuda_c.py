@@ -81,6 +81,18 @@ def convert(expr: str, src: DType, dst: DType) -> str:
     return f"(({dst.cuda_type})({expr}))"
 
 
+def bind_rounded(name: str, expr: str, expr_dtype: DType, d: DType) -> tuple[list[str], str | None]:
+    """The declarations of `name`: expr (computed in expr_dtype) rounded to d, in d's compute type; and
+    for a d narrower than its compute type (f16, bf16, FP8) the name of the stored form the rounding made
+    (`{name}_s`), which a store of the value writes as it is (converting the compute value back would round
+    it twice more: for FP8, two conversions), else None."""
+    c = compute_dtype(d).cuda_type
+    if compute_dtype(d) == d:
+        return [f"const {c} {name} = {load(convert(expr, expr_dtype, d), d)};"], None
+    return [f"const {d.cuda_type} {name}_s = {convert(expr, expr_dtype, d)};",
+            f"const {c} {name} = {load(f'{name}_s', d)};"], f"{name}_s"
+
+
 def literal(value: float | int | bool, d: DType) -> str:
     """A C literal of d's COMPUTE type holding `value` rounded to d first (np.full semantics)."""
     c = compute_dtype(d)

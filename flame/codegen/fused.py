@@ -176,7 +176,7 @@ class Emitter:
     def stored(self, v: Value, m: IndexMap) -> str:
         """v's value at m as v's storage type, for a store: for a value of a narrower type than it
         computes in (f16, bf16, FP8), the form its own rounding made, where the op computing it kept one
-        (converting the compute value back would round it twice more)."""
+        (cuda_c.bind_rounded)."""
         name = self.value(v, m)
         kept = self.kept.get(name)
         return kept[0] if kept is not None and kept[1] == v.dtype else store(v, name)
@@ -270,13 +270,11 @@ class Emitter:
             # bind the position first: `const idx_t i = (idx_t)(i)` would read the new, uninitialised i
             lines.append(f"{ctype} {name}; {{ const idx_t {name}_i = (idx_t)({self.own_index(op.out, m)}); "
                          f"const idx_t i = {name}_i; {name} = {rounded}; }}")
-        elif cuda_c.compute_dtype(op.out.dtype) != op.out.dtype:  # kept in both forms (`stored`)
-            d = op.out.dtype
-            self.kept[name] = (f"{name}_s", d)
-            lines.append(f"const {d.cuda_type} {name}_s = {cuda_c.convert(expr, expr_dtype, d)};")
-            lines.append(f"const {ctype} {name} = {cuda_c.load(f'{name}_s', d)};")
         else:
-            lines.append(f"const {ctype} {name} = {rounded};")
+            decls, kept = cuda_c.bind_rounded(name, expr, expr_dtype, op.out.dtype)
+            lines += decls
+            if kept is not None:
+                self.kept[name] = (kept, op.out.dtype)
         return name
 
 

@@ -242,8 +242,7 @@ def _pointwise_code(inputs: list[Value], source: Value,
     """The statements of a tiled map: each scalar input read once (s<k>), then per element `x` of the
     source the body's ops, each value rounded to its dtype (t<n>); the C name of every value; and
     of the values of a narrower storage type than they compute in (f16, bf16, FP8), the name of the
-    stored form the rounding made (r<n>), which their stores write as it is: converting the compute
-    value back would round it twice more (for FP8, two conversions per element)."""
+    stored form their rounding made, which their stores write as it is (cuda_c.bind_rounded)."""
     names = {source: "x"}
     scalars = []
     for k, v in enumerate(inputs):
@@ -255,13 +254,10 @@ def _pointwise_code(inputs: list[Value], source: Value,
     for n, op in enumerate(body):
         expr, expr_dtype = op_expr(op, [names[u] for u in op.inputs])
         names[op.out] = f"t{n}"
-        d = op.out.dtype
-        stored = cuda_c.convert(expr, expr_dtype, d)
-        if cuda_c.compute_dtype(d) != d:
-            raw[op.out] = f"r{n}"
-            lines.append(f"const {d.cuda_type} r{n} = {stored};")
-            stored = f"r{n}"
-        lines.append(f"const {cuda_c.compute_dtype(d).cuda_type} t{n} = {cuda_c.load(stored, d)};")
+        decls, kept = cuda_c.bind_rounded(f"t{n}", expr, expr_dtype, op.out.dtype)
+        lines += decls
+        if kept is not None:
+            raw[op.out] = kept
     return scalars, lines, names, raw
 
 
