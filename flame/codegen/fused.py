@@ -263,11 +263,11 @@ class Emitter:
     def _compute(self, op: Op, m: IndexMap, lines: list[str]) -> str:
         args = [self._value(u, m.then(input_map(op, k))) for k, u in enumerate(op.inputs)]
         expr, expr_dtype = op_expr(op, args)
-        rounded = cuda_c.load(cuda_c.convert(expr, expr_dtype, op.out.dtype), op.out.dtype)
         name = self.fresh()
-        ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
         if positional(op):  # the snippet reads `i`: the op's own flat index at this point
             # bind the position first: `const idx_t i = (idx_t)(i)` would read the new, uninitialised i
+            ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
+            rounded = cuda_c.load(cuda_c.convert(expr, expr_dtype, op.out.dtype), op.out.dtype)
             lines.append(f"{ctype} {name}; {{ const idx_t {name}_i = (idx_t)({self.own_index(op.out, m)}); "
                          f"const idx_t i = {name}_i; {name} = {rounded}; }}")
         else:
