@@ -58,6 +58,9 @@ def _np_axes_v(v, axes):
 
 def _declare(name, np_fn, vjp, kinds, identity, needs_items=False, autocast="", regroups=False):
     def ref(x, axes, keepdim):
+        x = np.asarray(x)
+        if identity == "zero" and not x.flags.c_contiguous:  # NumPy adds in an order its input's strides
+            x = np.array(x, order="C")  # choose: a view (a permuted broadcast) and its values copied sum alike
         return np_fn(x, axis=_np_axes(x, axes), keepdims=keepdim)
     return register(OpDef(name, "reduction", 1, _reduce_infer(name, kinds, needs_items), ref, dict(_AXES), vjp,
                           compute_f32=True, reduction=Reduce(identity, regroups=regroups), autocast=autocast,
