@@ -48,12 +48,13 @@ class Float8Recipe:
     the Linear GEMMs' inputs and weights in e4m3, their gradients in e5m2, each tensor with one f32
     scale; f32 master weights stay f32; every other op runs as under autocast bf16).
     scaling="current": each tensor's scale comes from its own amax in the same step (torchao's dynamic
-    scaling). scaling="delayed": a Linear's input and weight use a scale kept as device state beside an
-    amax history of amax_history_len steps (TransformerEngine's DelayedScaling): the step casts with the
-    stored scale, then pushes this step's amax into the history and stores fp8_max / max(history); the
-    state is created at a weight's first FP8 step, carried by a compiled step like optimizer state and
-    updated inside it. Gradients are always scaled by their current amax (a backward computes it where
-    the gradient is made). Every scale is fp8_max / max(amax, 1e-12) / 2**margin."""
+    scaling). scaling="delayed": a Linear's input, weight and output
+    gradient each use a scale kept as device state beside an amax history of amax_history_len steps
+    (TransformerEngine's DelayedScaling): the step casts with the stored scale, then pushes this step's
+    amax into the history and stores fp8_max / max(history), so no cast waits for its own tensor's amax;
+    the state is created at a weight's first FP8 step, carried by a compiled step like optimizer state
+    and updated inside it (Linears of a compiled step reading the same input share its state and its
+    cast). Every scale is fp8_max / max(amax, 1e-12) / 2**margin."""
 
     scaling: str = "current"
     amax_history_len: int = 16

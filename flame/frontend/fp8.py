@@ -22,9 +22,13 @@ and emits the two gradient GEMMs itself. f32 master weights stay f32 (w is cast 
 e4m3, and its gradient comes out of the GEMM in f32); the input and the bias are taken as autocast bf16
 would (f32 data cast once, to FP8).
 
-Scales (Float8Recipe): "current" computes sx and sw from this step's amax of x and w; "delayed"
-reads them from device state kept per weight (`float8_state(weight)`: for the input and for the
-weight an amax history [amax_history_len] and a scale []) and updates that state in the same step."""
+Scales (Float8Recipe): "current" computes sx, sw and sg from this step's amax of x, w and g;
+"delayed" reads all three from device state kept per weight (`float8_state(weight)`: for the input, the
+weight and the gradient an amax history [amax_history_len] and a scale []) and updates that state in
+the same step, so no cast waits for its tensor's own amax and each fuses into the kernel making the
+tensor. Within one compiled step a state is updated once: Linears reading the same input tensor (a
+block's q, k and v projections; SwiGLU's gate and up) share one input state and one cast, and a role
+met twice (a weight used twice) records the larger amax."""
 
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ import numpy as np
 
 from flame.errors import ArgumentError
 from flame.frontend.autocast import Float8Recipe
-from flame.frontend.context import no_grad, user_location
+from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.custom_function import Function
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor
@@ -57,10 +61,17 @@ class Float8Meta:
 
 @dataclass
 class Float8State:
-    """The delayed-scaling state of one weight: its input's and its own (`Float8Meta`)."""
+    """The delayed-scaling state of one weight: its input's, its own and its output gradient's
+    (`Float8Meta`; Linears of one step reading the same input share its `input`). `probe` is an f32 [1]
+    leaf the FP8 linear's backward gives the gradient's amax as its gradient; a hook on it records that
+    amax into `grad` once the backward has made it (a weight used twice records the sum of its
+    gradients' amaxes, a bound of each)."""
 
     input: Float8Meta
     weight: Float8Meta
+    grad: Float8Meta
+    probe: Tensor
+    recipe: Float8Recipe
 
 
 # id(weight) -> (a weak reference to it, its Float8State): by identity (a Tensor's == is elementwise); an
@@ -84,6 +95,19 @@ def _meta(length: int) -> Float8Meta:
     return Float8Meta(_state_tensor(np.zeros(length, np.float32)), _state_tensor(np.ones((), np.float32)))
 
 
+def _record_gradient(st: Float8State):
+    """The hook on st.probe: the gradient's amax, accumulated into probe.grad by the backward, goes into
+    st.grad's history; probe.grad is cleared for the next step."""
+
+    def hook(probe: Tensor) -> None:
+        a = probe.grad.reshape(())
+        probe.grad = None
+        with no_grad():
+            _record(st.grad, probe, st.recipe, f8e5m2, a)
+
+    return hook
+
+
 def _state_of(weight: Tensor, recipe: Float8Recipe) -> Float8State:
     st = float8_state(weight)
     if st is None or st.input.amax_history.shape[0] != recipe.amax_history_len:
@@ -93,9 +117,13 @@ def _state_of(weight: Tensor, recipe: Float8Recipe) -> Float8State:
                 "concrete tensor) to keep its scaling state; this one is computed in the step"
                 f"\n  at {user_location()}"
             )
-        st = Float8State(_meta(recipe.amax_history_len), _meta(recipe.amax_history_len))
+        probe = Tensor(np.zeros(1, np.float32))
+        probe._requires_grad, probe._role = True, "state"  # made with the state, not a write of the step
+        st = Float8State(*(_meta(recipe.amax_history_len) for _ in range(3)), probe, recipe)
+        probe.register_post_accumulate_grad_hook(_record_gradient(st))
         key = id(weight)
         _STATES[key] = (weakref.ref(weight, lambda _, key=key: _STATES.pop(key, None)), st)
+    st.recipe = recipe
     return st
 
 
@@ -110,22 +138,76 @@ def scale_from_amax(a: Tensor, dtype: DType, margin: int = 0) -> Tensor:
     return (fp8_max(dtype) / 2.0**margin) / a.clamp(min=SCALE_EPS)
 
 
-def _delayed(meta: Float8Meta, x: Tensor, recipe: Float8Recipe) -> Tensor:
-    """The stored scale (what this step casts with), after which meta takes this step's amax: the
-    history shifts by one (newest first) and the scale becomes fp8_max / max(history)."""
-    used = meta.scale * 1.0  # the value before the update below
-    hist = cat([amax(x).reshape(1), meta.amax_history[:-1]]) if recipe.amax_history_len > 1 else amax(x).reshape(1)
+# id(trace) -> (a weak reference to it, what its step has done to delayed-scaling state so far): `metas`,
+# id(meta) -> (meta, the tensor it recorded, the scale the step casts with); `inputs`, id(input tensor)
+# -> (tensor, its meta), the state Linears reading that tensor share
+_STEPS: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def _step_record() -> dict | None:
+    """This trace's record of delayed-scaling updates (None outside @flame.compile: an eager call is a
+    step of its own)."""
+    trace = current_trace.get()
+    if trace is None:
+        return None
+    got = _STEPS.get(id(trace))
+    if got is None or got[0]() is not trace:
+        key = id(trace)
+        got = _STEPS[key] = (weakref.ref(trace, lambda _, key=key: _STEPS.pop(key, None)), {"metas": {}, "inputs": {}})
+    return got[1]
+
+
+def _record(meta: Float8Meta, x: Tensor, recipe: Float8Recipe, dtype: DType, a: Tensor | None = None,
+            key: Tensor | None = None) -> Tensor:
+    """The stored scale (what this step casts with), after which meta takes this step's amax of x (or
+    `a`, an amax computed elsewhere): the history shifts by one (newest first) and the scale becomes
+    fp8_max(dtype) / max(history). A meta already updated in this step from the same tensor (`key`,
+    x by default) gives the scale it gave then; from another (a weight used twice), the newest entry
+    becomes the larger amax."""
+    key = x if key is None else key
+    step = _step_record()
+    seen = None if step is None else step["metas"].get(id(meta))
+    if seen is not None and seen[1] is key:
+        return seen[2]
+    newest = (amax(x) if a is None else a).reshape(1)
+    if seen is not None:
+        newest, rest, used = newest.maximum(meta.amax_history[:1]), meta.amax_history[1:], seen[2]
+    else:
+        rest, used = meta.amax_history[:-1], meta.scale * 1.0  # the value before the update below
+    hist = cat([newest, rest]) if recipe.amax_history_len > 1 else newest
     meta.amax_history.copy_(hist)
-    meta.scale.copy_(scale_from_amax(hist.amax(), f8e4m3, recipe.margin))
+    meta.scale.copy_(scale_from_amax(hist.amax(), dtype, recipe.margin))
+    if step is not None:
+        step["metas"][id(meta)] = (meta, key, used)
     return used
 
 
-def _scales(x: Tensor, w: Tensor, recipe: Float8Recipe) -> tuple[Tensor, Tensor]:
+def _shared_input(st: Float8State, x: Tensor) -> None:
+    """Point st.input at the input state of an earlier Linear of this step that read the same tensor x
+    (or make st.input the one later readers of x share)."""
+    step = _step_record()
+    if step is None:
+        return
+    got = step["inputs"].get(id(x))
+    if got is not None and got[0] is x:
+        st.input = got[1]
+    else:
+        step["inputs"][id(x)] = (x, st.input)
+
+
+def _scales(x: Tensor, x2: Tensor, w: Tensor, recipe: Float8Recipe) -> tuple[Tensor, Tensor, tuple]:
+    """sx, sw, and for delayed scaling (sg, probe): the gradient's stored scale and the state's probe
+    (empty for current scaling); x is the Linear's input as given (what readers of the same input
+    share), x2 its [m, k] view."""
+    if recipe.scaling == "current":
+        with no_grad():
+            return (scale_from_amax(amax(x2), f8e4m3, recipe.margin),
+                    scale_from_amax(amax(w), f8e4m3, recipe.margin), ())
+    st = _state_of(w, recipe)
+    _shared_input(st, x)
     with no_grad():
-        if recipe.scaling == "current":
-            return (scale_from_amax(amax(x), f8e4m3, recipe.margin), scale_from_amax(amax(w), f8e4m3, recipe.margin))
-        st = _state_of(w, recipe)
-        return _delayed(st.input, x, recipe), _delayed(st.weight, w, recipe)
+        sx, sw = _record(st.input, x2, recipe, f8e4m3, key=x), _record(st.weight, w, recipe, f8e4m3)
+        return sx, sw, (st.grad.scale * 1.0, st.probe)
 
 
 def _cast(x: Tensor, scale: Tensor, dtype: DType) -> Tensor:
@@ -137,12 +219,14 @@ def _gemm(a8: Tensor, b8: Tensor, a_inv: Tensor, b_inv: Tensor, out: DType) -> T
 
 
 class _Float8Linear(Function):
-    """y = x @ w^T with the GEMMs in FP8 (module doc); x [m, k], w [n, k]; sx, sw: their f32 scales."""
+    """y = x @ w^T with the GEMMs in FP8 (module doc); x [m, k], w [n, k]; sx, sw: their f32 scales;
+    under delayed scaling also sg, the gradient's stored scale, and probe, which gets the gradient's
+    amax as its gradient."""
 
     @staticmethod
-    def forward(ctx, x, w, sx, sw):
+    def forward(ctx, x, w, sx, sw, sg=None, probe=None):
         x8, w8 = _cast(x, sx, f8e4m3), _cast(w, sw, f8e4m3)
-        ctx.save_for_backward(x8, w8, sx, sw)
+        ctx.save_for_backward(x8, w8, sx, sw, sg)
         ctx.dtypes = x.dtype, w.dtype
         return _gemm(x8, w8, sx.reciprocal(), sw.reciprocal(), bf16)
 
@@ -150,14 +234,16 @@ class _Float8Linear(Function):
     def backward(ctx, g):
         # the transposed operands are the FP8 casts transposed (a cast commutes with a transpose, bit for
         # bit): a transpose of 1-byte data, tiled, instead of a cast reading its bf16/f32 input transposed
-        x8, w8, sx, sw = ctx.saved_tensors
+        x8, w8, sx, sw, sg = ctx.saved_tensors
         x_dtype, w_dtype = ctx.dtypes
-        sg = scale_from_amax(amax(g), f8e5m2)
+        stored = sg is not None
+        if not stored:
+            sg = scale_from_amax(amax(g), f8e5m2)
         g_inv = sg.reciprocal()
         g8 = _cast(g, sg, f8e5m2)
         dx = _gemm(g8, w8.T, g_inv, sw.reciprocal(), x_dtype)
         dw = _gemm(g8.T, x8.T, g_inv, sx.reciprocal(), w_dtype)
-        return dx, dw, None, None
+        return dx, dw, None, None, None, amax(g).reshape(1) if stored else None
 
 
 def eligible(x: Tensor, weight: Tensor) -> bool:
@@ -170,6 +256,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: Float8Recipe)
     """x @ weight.T + bias with the GEMMs in FP8 as `recipe` says (module doc); the result is bf16."""
     k = weight.shape[-1]
     x2 = x.reshape(-1, k)
-    sx, sw = _scales(x2, weight, recipe)
-    y = _Float8Linear.apply(x2, weight, sx, sw).reshape(*x.shape[:-1], weight.shape[0])
+    sx, sw, grad_state = _scales(x, x2, weight, recipe)
+    y = _Float8Linear.apply(x2, weight, sx, sw, *grad_state).reshape(*x.shape[:-1], weight.shape[0])
     return y + bias.to(bf16) if bias is not None else y

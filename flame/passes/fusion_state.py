@@ -472,21 +472,33 @@ def _copied_view(st: State, ops: list[Op], exposed: list[Value], reordered: list
         return ""
     views = {op.out: op for op in ops if is_view(op)}
     for v, m in reordered:
-        if v not in views and _row_major(st, m, v, domain):
+        if v not in views and _row_major(st, m, v, domain, ops):
             continue
         if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in exposed)):
             return f"a view's result would be copied (result {v.type})"
     return ""
 
 
-def _row_major(st: State, m, v: Value, domain: tuple[int, ...]) -> bool:
-    """Map m stores v, which only matmuls read (as it is), in v's own row-major order: v is a reshape
-    of the domain (an FP8 cast of a row kernel's result, read as [rows, k]), so the bytes are the ones
-    its canonical store writes."""
-    if math.prod(v.shape) != math.prod(domain) or not all(get(u.name).library == "matmul" for u in st.users[v]):
+def _row_major(st: State, m, v: Value, domain: tuple[int, ...], ops: list[Op]) -> bool:
+    """Map m stores v, which only matmuls read as it is, in v's own row-major order: v is a reshape of
+    the domain (an FP8 cast of a row kernel's result, read as [rows, k]), so the bytes are the ones its
+    canonical store writes. A cast with a scale made before the kernel (delayed scaling's stored scale)
+    may also be read by its transposed copy: a 1-byte transpose of the cast, instead of a tiled kernel
+    reading the wider source again to write both layouts."""
+    if math.prod(v.shape) != math.prod(domain) or not all(_as_stored(st, u, v, ops) for u in st.users[v]):
         return False
     base, strides = m.flat(v.shape)
     return base == 0 and all(s == c for s, c, n in zip(strides, contiguous_strides(domain), domain) if n != 1)
+
+
+def _as_stored(st: State, u: Op, v: Value, ops: list[Op]) -> bool:
+    """u reads v as it is stored: a matmul, or the transposed copy only matmuls read of a cast whose
+    scale is not computed among ops."""
+    if get(u.name).library == "matmul":
+        return True
+    cast = v.producer
+    return (u.name == "permute" and cast is not None and cast.name == "scaled_cast"
+            and cast.inputs[1].producer not in ops and all(get(w.name).library == "matmul" for w in st.users[u.out]))
 
 
 def _feeds_matmul(st: State, v: Value) -> bool:
