@@ -42,6 +42,7 @@ from flame.frontend.autocast import Float8Recipe
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.custom_function import Function
 from flame.frontend.dispatch import apply
+from flame.frontend.hooks import forget
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat
 from flame.ir.dtypes import DType, bf16, f8e4m3, f8e5m2, f16, f32, fp8_max
@@ -120,7 +121,9 @@ def _state_of(weight: Tensor, recipe: Float8Recipe) -> Float8State:
         probe = Tensor(np.zeros(1, np.float32))
         probe._requires_grad, probe._role = True, "state"  # made with the state, not a write of the step
         st = Float8State(*(_meta(recipe.amax_history_len) for _ in range(3)), probe, recipe)
-        probe.register_post_accumulate_grad_hook(_record_gradient(st))
+        # the state's own hook, made by the step that first uses it: not one of the user's hooks a
+        # compiled step guards on (which would trace that step again at its next call)
+        forget(probe.register_post_accumulate_grad_hook(_record_gradient(st)).id)
         key = id(weight)
         _STATES[key] = (weakref.ref(weight, lambda _, key=key: _STATES.pop(key, None)), st)
     st.recipe = recipe
