@@ -22,7 +22,8 @@ from flame.ir.indexmap import (
     row_segments,
     trailing_reduced,
 )
-from flame.ir.registry import get
+from flame.ir.ops.fp8 import SCALED_CAST
+from flame.ir.registry import axis_order, get
 from flame.passes import remat
 from flame.passes.prepare_fusion import is_free
 from flame.target import Target
@@ -497,7 +498,7 @@ def _as_stored(st: State, u: Op, v: Value, ops: list[Op]) -> bool:
     if get(u.name).library == "matmul":
         return True
     cast = v.producer
-    return (u.name == "permute" and cast is not None and cast.name == "scaled_cast"
+    return (axis_order(u) is not None and cast is not None and cast.name == SCALED_CAST.name
             and cast.inputs[1].producer not in ops and all(get(w.name).library == "matmul" for w in st.users[u.out]))
 
 

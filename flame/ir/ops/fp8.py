@@ -55,7 +55,7 @@ def _scaled_cast_ref(x, scale, dtype):
     return np.clip(y, -limit, limit).astype(dtype.np_dtype)  # clip keeps NaN
 
 
-register(
+SCALED_CAST = register(
     OpDef(
         "scaled_cast",
         "elementwise",
