@@ -65,8 +65,9 @@ class Float8State:
     """The delayed-scaling state of one weight: its input's, its own and its output gradient's
     (`Float8Meta`; Linears of one step reading the same input share its `input`). `probe` is an f32 [1]
     leaf the FP8 linear's backward gives the gradient's amax as its gradient; a hook on it records that
-    amax into `grad` once the backward has made it (a weight used twice records the sum of its
-    gradients' amaxes, a bound of each)."""
+    amax into `grad` once the backward has made it (a weight used twice in one backward records the
+    sum of its gradients' amaxes, a bound of each; several backwards of one compiled step, the
+    largest)."""
 
     input: Float8Meta
     weight: Float8Meta
@@ -104,7 +105,7 @@ def _record_gradient(st: Float8State):
         a = probe.grad.reshape(())
         probe.grad = None
         with no_grad():
-            _record(st.grad, probe, st.recipe, f8e5m2, a)
+            _record(st.grad, probe, st.recipe, f8e5m2, a, key=a)  # backwards of one step: their largest amax
 
     return hook
 

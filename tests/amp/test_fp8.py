@@ -260,6 +260,30 @@ def test_delayed_gradient_scales_and_shared_inputs_match_the_model(compiled):
         assert len(forward_x) == 1  # one cast of the input, the two GEMMs read it
 
 
+def test_delayed_gradient_state_takes_the_largest_amax_of_a_steps_backwards():
+    """Gradient accumulation in one compiled step (two backward calls): the gradient's history takes one
+    entry a step, the larger of the two amaxes."""
+    recipe = flame.amp.Float8Recipe(scaling="delayed", amax_history_len=3)
+    w = _rng(30).standard_normal((8, 16)).astype(np.float32)
+    p = flame.nn.Parameter(flame.tensor(w))
+
+    @flame.compile
+    def step(x, c1, c2):
+        for c in (c1, c2):
+            with flame.autocast(dtype=recipe):
+                y = F.linear(x, p)
+            (y.float() * c).sum().backward()
+
+    x = flame.tensor(_rng(31).standard_normal((4, 16)).astype(np.float32))
+    want = []
+    for k in range(3):
+        c1, c2 = (_rng(32 + 2 * k + j).standard_normal((4, 8)).astype(np.float32) * (1 + 3 * j) for j in range(2))
+        step(x, flame.tensor(c1), flame.tensor(c2))
+        want.insert(0, max(np.abs(_bf16(c1)).max(), np.abs(_bf16(c2)).max()))
+        got = flame.amp.float8_state(p).grad.amax_history.numpy()
+        np.testing.assert_array_equal(got, np.array((want + [0.0, 0.0, 0.0])[:3], np.float32))
+
+
 def test_recipe_arguments_and_computed_weights_give_clear_errors():
     with pytest.raises(ArgumentError, match="scaling"):
         flame.amp.Float8Recipe(scaling="sometimes")
