@@ -105,7 +105,7 @@ def _record_gradient(st: Float8State):
         a = probe.grad.reshape(())
         probe.grad = None
         with no_grad():
-            _record(st.grad, probe, st.recipe, f8e5m2, a, key=a)  # backwards of one step: their largest amax
+            _record(st.grad, a, lambda: a, st.recipe, f8e5m2)  # backwards of one step: their largest amax
 
     return hook
 
@@ -161,19 +161,16 @@ def _step_record() -> dict | None:
     return got[1]
 
 
-def _record(meta: Float8Meta, x: Tensor, recipe: Float8Recipe, dtype: DType, a: Tensor | None = None,
-            key: Tensor | None = None) -> Tensor:
-    """The stored scale (what this step casts with), after which meta takes this step's amax of x (or
-    `a`, an amax computed elsewhere): the history shifts by one (newest first) and the scale becomes
-    fp8_max(dtype) / max(history). A meta already updated in this step from the same tensor (`key`,
-    x by default) gives the scale it gave then; from another (a weight used twice), the newest entry
-    becomes the larger amax."""
-    key = x if key is None else key
+def _record(meta: Float8Meta, key: Tensor, amax_of, recipe: Float8Recipe, dtype: DType) -> Tensor:
+    """The stored scale (what this step casts with), after which meta takes this step's amax
+    (`amax_of()`, of the tensor `key`): the history shifts by one (newest first) and the scale becomes
+    fp8_max(dtype) / max(history). A meta already updated in this step from the same tensor gives the
+    scale it gave then; from another (a weight used twice), the newest entry becomes the larger amax."""
     step = _step_record()
     seen = None if step is None else step["metas"].get(id(meta))
     if seen is not None and seen[1] is key:
         return seen[2]
-    newest = (amax(x) if a is None else a).reshape(1)
+    newest = amax_of().reshape(1)
     if seen is not None:
         newest, rest, used = newest.maximum(meta.amax_history[:1]), meta.amax_history[1:], seen[2]
     else:
@@ -210,7 +207,8 @@ def _scales(x: Tensor, x2: Tensor, w: Tensor, recipe: Float8Recipe) -> tuple[Ten
     st = _state_of(w, recipe)
     _shared_input(st, x)
     with no_grad():
-        sx, sw = _record(st.input, x2, recipe, f8e4m3, key=x), _record(st.weight, w, recipe, f8e4m3)
+        sx = _record(st.input, x, lambda: amax(x2), recipe, f8e4m3)
+        sw = _record(st.weight, w, lambda: amax(w), recipe, f8e4m3)
         return sx, sw, (st.grad.scale * 1.0, st.probe)
 
 
