@@ -40,6 +40,7 @@ from flame.codegen.kernel import (
     index_types,
     kernel_fields,
     render_template,
+    splat_loads,
     store,
 )
 from flame.codegen.vector_pieces import VectorPieces
@@ -347,10 +348,12 @@ class _MapSegment:
     """The CUDA pieces of one elementwise segment over its collapsed domain."""
 
     def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], prefix: str = "",
-                 hoist: str | None = None, streaming: bool = False, ordered: bool = False):
+                 hoist: str | None = None, streaming: bool = False, ordered: bool = False, splat: bool = False):
         # ordered: the loads in the inputs' order (else the layout's), so that a balanced kernel's
-        # segments that compute alike from alike-ordered inputs load alike and share one class body
+        # segments that compute alike from alike-ordered inputs load alike and share one class body;
+        # splat: inputs constant along the innermost dim are loaded once per vector (Config.splat_loads)
         self.ops, self.lay, self.prefix = ops, lay, prefix  # prefix: of the pointer names; hoist: of the scalars'
+        self.splat = splat
         self.streaming = streaming  # the vector path's loads and stores with the streaming cache hint
         self.hoist = prefix if hoist is None else hoist
         self.in_idx = {v: i for i, v in enumerate(inputs)}
@@ -384,13 +387,23 @@ class _MapSegment:
         if any(md == "general" for k, md in self.mode.items()
                if k not in self.loads and k not in self.element_stores and k not in self.tested):
             return 1  # an indexed op off the identity
-        sizes = [k[0].dtype.itemsize for k, md in self.mode.items() if md != "scalar" and k not in self.element_stores]
+        sizes = [k[0].dtype.itemsize for k, md in self.mode.items()
+                 if md != "scalar" and k not in self.element_stores and not self._splat(k, 1)]
         vec = 16 // max(sizes) if sizes else 1
         if vec == 1 or self.n < vec:
             return 1
-        ok = all(self._blocked(k, vec) for k, md in self.mode.items()
+        ok = all(self._blocked(k, vec) or self._splat(k, vec) for k, md in self.mode.items()
                  if md == "general" and k not in self.guarded and k not in self.tested)
         return vec if ok else 1
+
+    def _splat(self, key, vec: int) -> bool:
+        """An input (Config.splat_loads) constant along the innermost dim, whose vectors of `vec` elements
+        stay in one row of it: one element read per vector (a per-row statistic of a norm's
+        recomputation, [rows, 1] of [rows, d])."""
+        if not self.splat or key not in self.loads or key in self.guarded or key in self.tested:
+            return False
+        cv = self.view[key]
+        return self.mode[key] == "general" and bool(self.dims) and cv.strides[-1] == 0 and self.dims[-1] % vec == 0
 
     def _blocked(self, key, vec: int) -> bool:
         """A view whose `vec` elements of each aligned vector of the domain are `vec` consecutive,
@@ -413,7 +426,7 @@ class _MapSegment:
                     hoisted[expr] = (f"{self.hoist}s{len(hoisted)}", cuda_c.compute_dtype(v.dtype).cuda_type)
                 return hoisted[expr][0]
             if vector:
-                raw = f"vl{k}_{self.loads.index((v, m))}[u].v[j]"
+                raw = f"vl{k}_{self.loads.index((v, m))}[u]" + ("" if self._splat((v, m), self.vec()) else ".v[j]")
             elif md == "identity":
                 raw = f"{self._in(k)}[i]"
             else:
@@ -477,6 +490,10 @@ class _MapSegment:
                     continue
                 p = self._in(i)
                 at = f"({p})[v]" if md == "identity" else f"({p} + {views.offset_expr(self.view[(v, m)])})[0]"
+                if self._splat((v, m), vec):  # the vector's first element, the one value it holds
+                    decls.append(f"{v.dtype.cuda_type} vl{i}_{k}[U];")
+                    loads.append(f"vl{i}_{k}[u] = {at};")
+                    continue
                 decls.append(f"{t} vl{i}_{k}[U];")
                 load = f"reinterpret_cast<const {t}*>{at}"
                 loads.append(f"vl{i}_{k}[u] = " + (f"flame_ldcs(&{load});" if self.streaming else f"{load};"))
@@ -507,7 +524,7 @@ class _MapSegment:
     def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:
         vec, conds = self.vec(), []
         for (v, m), md in self.mode.items():
-            if md == "scalar" or (v, m) in self.element_stores or (
+            if md == "scalar" or (v, m) in self.element_stores or self._splat((v, m), vec) or (
                     (v, m) in self.guarded and (v, m) not in self.vectored) or (
                     (v, m) not in self.loads and v not in outputs):
                 continue
@@ -557,7 +574,7 @@ def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGE
     balanced = config.balanced and len(segs) >= max(2, config.balanced)
     if balanced and static and (any(math.prod(lay.domain) > 1 for lay in lays) or balanced_scalars(config)):
         return [_lower_balanced(group, inputs, outputs, segs, lays, config, target)]
-    parts = [_MapSegment(seg, lay, inputs, outputs) for seg, lay in zip(segs, lays)]
+    parts = [_MapSegment(seg, lay, inputs, outputs, splat=splat_loads(config)) for seg, lay in zip(segs, lays)]
     fields = [p.template_fields(inputs, outputs) for p in parts]
     block = block_for(max(-(-p.n // p.vec()) for p in parts))
     units = [p.vec() * block * (config.unroll if p.vec() > 1 else 1) for p in parts]

@@ -92,7 +92,13 @@ class Config:
     bytes (transpose.cu.j2's `packed`) instead of a byte per shared-memory access; None:
     $FLAME_BYTE_WORDS, else on. Sources of 1 or 2 bytes only: H100, FP8 casts writing both layouts,
     bf16 [4096, 11008] 81.6 -> 74.0 us (86 -> 95 % of copy), f32 [4096, 4096] 40.4 -> 44.2 us
-    (benchmarks/results/2026-12-06-H100-byte-words/)."""
+    (benchmarks/results/2026-12-06-H100-byte-words/).
+    splat_loads: an elementwise kernel's input constant along the innermost dim (a norm's per-row
+    statistic in the kernel recomputing its output, [rows, 1] of [rows, d]) is read once per vector on
+    the vector path, so it no longer holds the kernel to one element per thread (an FP8 cast of an
+    RMSNorm's output, 1-byte stores, ran at 43 % of copy on an H100:
+    benchmarks/results/2026-12-06-H100-fp8-joined-casts/); None: $FLAME_SPLAT_LOADS, else off until
+    measured on a GPU."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -119,6 +125,7 @@ class Config:
     row_stream_min: int | None = None
     row_stream_threads: int = 512
     byte_words: bool | None = None
+    splat_loads: bool | None = None
 
 
 DEFAULT_CONFIG = Config()
@@ -177,6 +184,11 @@ def byte_words(config: Config = DEFAULT_CONFIG) -> bool:
     return env_flag("FLAME_BYTE_WORDS", True) if config.byte_words is None else config.byte_words
 
 
+def splat_loads(config: Config = DEFAULT_CONFIG) -> bool:
+    """config.splat_loads, else $FLAME_SPLAT_LOADS, else off (Config says what it does)."""
+    return env_flag("FLAME_SPLAT_LOADS", False) if config.splat_loads is None else config.splat_loads
+
+
 ROW_STREAM_MIN = 8192  # Config.row_stream_min's default
 
 
@@ -189,10 +201,10 @@ def row_stream_min(config: Config = DEFAULT_CONFIG) -> int:
 
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
     """The settings codegen reads from the environment (rows_schedule, balanced_scalars, tiled_maps,
-    wide_byte_tiles, byte_words, row_stream_min, flash_pipeline): part of every key under which rendered
-    kernels or compiled plans are kept."""
+    wide_byte_tiles, byte_words, splat_loads, row_stream_min, flash_pipeline): part of every key under
+    which rendered kernels or compiled plans are kept."""
     return (rows_schedule(config), balanced_scalars(config), tiled_maps(config), wide_byte_tiles(config),
-            byte_words(config), row_stream_min(config), flash_pipeline())
+            byte_words(config), splat_loads(config), row_stream_min(config), flash_pipeline())
 
 
 @dataclass(frozen=True)
