@@ -47,6 +47,7 @@ from flame.codegen.kernel import (
     group_prelude,
     index_types,
     kernel_fields,
+    merge_row_passes,
     render_template,
     row_stream_min,
     rows_schedule,
@@ -120,6 +121,7 @@ class _RowSegment:
                  new: bool = False, carry: bool = False, hold: bool = True):
         self.ops, self.lay, self.G, self.seg, self.columns = ops, lay, G, seg, columns
         self.row_barriers, self.block = config.row_barriers, G  # block: set by lower_rows before body()
+        self.merge = merge_row_passes(config)
         self.in_idx = {v: i for i, v in enumerate(inputs)}
         self.out_idx = {v: outputs.index(v) for v in lay.stores if v in outputs}  # others: column inputs
         rank = len(lay.domain)
@@ -303,17 +305,41 @@ class _RowSegment:
         """"new", split rows: the chunk's first element, before a thread's vector offset."""
         return "cb + " if self.P > 1 else ""
 
-    def _reduce(self, em: Emitter, op: Op, out: list[str], nth: int) -> None:
+    def _schedule(self) -> tuple[list[tuple[Op, int]], int, int | None]:
+        """The row's passes: ([(reduction, its pass)] in op order, the number of passes, the pass of the
+        per-element stores and column partials or None). With Config.merge_row_passes a pass computes
+        every reduction whose input reads no reduction of that pass or later (reductions whose result is
+        read in the row go in the pass before the first that reads it, the others in the last), and
+        the stores go in the first pass that has every reduction they read; else (the measured-before
+        form) each reduction has a pass of its own, in op order, and the stores a last one."""
+        reds = [op for op in self.ops if is_reduction(op) and op.out in self.lay.maps]
+        stored = [v for v, m in self.lay.stores.items() if m.depends_on(self.red) and v in self.out_idx]
+        stored += [op.inputs[0] for op in self.columns]
+        if not self.merge:
+            return [(op, n) for n, op in enumerate(reds)], len(reds) + bool(stored), len(reds) if stored else None
+        level: dict[Value, int] = {}  # the first pass that can compute a per-element value
+        reads: dict[Value, frozenset] = {}  # the reductions whose results a value reads
+        for op in self.ops:
+            level[op.out] = max((level.get(u, 0) for u in op.inputs), default=0)
+            reads[op.out] = frozenset().union(*(reads.get(u, frozenset()) for u in op.inputs))
+            if op in reds:
+                level[op.out] += 1
+                reads[op.out] |= {op}
+        first = {op: level[op.out] - 1 for op in reds}
+        S = max((level.get(v, 0) for v in stored), default=None)
+        count = max([*first.values(), -1 if S is None else S]) + 1
+        at: dict[Op, int] = {}
+        for op in reversed(reds):  # as late as what reads it allows: a pass that loads its inputs anyway
+            later = [at[r] for r in at if op in reads[r.inputs[0]]]
+            later += [S for v in stored if op in reads.get(v, ())]
+            at[op] = min(later, default=count) - 1
+        return [(op, at[op]) for op in reds], count, S
+
+    def _reduction(self, em: Emitter, op: Op, out: list[str], nth: int, a: str) -> None:
+        """Combine accumulator `a` of reduction `op` (its pass's loop done) across the row's threads;
+        then its total is the row's value of op.out (or, split, the chunk's partial is written)."""
         accu = accumulator(op)
         acc = accu.dtype
-        a = f"acc{len(out)}"
-        self._start_pass(em)
-        x = em.value(op.inputs[0], identity(len(self.lay.domain)))
-        body = em.elem + [f"{a} = {accu.combine(a, x)};"]
-        out += em.row
-        em.row = []
-        out.append(f"{acc.cuda_type} {a} = {accu.identity};")
-        out += self._end_pass(em, body)
         out.append(f"for (int d = 16; d > 0; d >>= 1) {{ const {acc.cuda_type} b = __shfl_down_sync(0xffffffffu, "
                    f"{a}, d); {a} = {accu.combine(a, 'b')}; }}")
         sync = self.barrier()
@@ -395,25 +421,31 @@ class _RowSegment:
                 load = cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {self.off[(v, m)][1]}]", v.dtype)
                 out += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
         em = Emitter(self.lay, self.values, self._load, self._own, prefix=f"s{self.seg}_")
-        nth = 0
-        for op in self.ops:
-            # a reduction nothing stored reads is not computed (a pad of its zero-size result reads
-            # none of it: the layout holds no map for it or its operands)
-            if is_reduction(op) and op.out in self.lay.maps:
-                self._reduce(em, op, out, nth)
-                nth += 1
-        self._start_pass(em)
-        for v, m in self.lay.stores.items():
-            if m.depends_on(self.red) and v in self.out_idx:
-                em.elem.append(self._write(v, m, em.stored(v, m)))
-        for n, op in enumerate(self.columns):  # fold this row's element into the thread's column partials
-            val = em.value(op.inputs[0], self.lay.stores[op.inputs[0]])
-            c = f"c{n}[{self._e}]"
-            em.elem.append(f"{c} = {accumulator(op).combine(c, val)};")
-        out += em.row
-        em.row = []
-        if em.elem:
-            out += self._end_pass(em, em.elem, unrolled=bool(self.columns))
+        reds, passes, stores_at = self._schedule()
+        for p in range(passes):
+            self._start_pass(em)
+            accs = []
+            for nth, (op, at) in enumerate(reds):
+                if at == p:
+                    a = f"acc{len(out)}" + (f"_{len(accs)}" if accs else "")
+                    x = em.value(op.inputs[0], identity(len(self.lay.domain)))
+                    em.elem.append(f"{a} = {accumulator(op).combine(a, x)};")
+                    accs.append((op, nth, a))
+            if p == stores_at:
+                for v, m in self.lay.stores.items():
+                    if m.depends_on(self.red) and v in self.out_idx:
+                        em.elem.append(self._write(v, m, em.stored(v, m)))
+                for n, op in enumerate(self.columns):  # fold this row's element into the thread's column partials
+                    val = em.value(op.inputs[0], self.lay.stores[op.inputs[0]])
+                    c = f"c{n}[{self._e}]"
+                    em.elem.append(f"{c} = {accumulator(op).combine(c, val)};")
+            out += em.row
+            em.row = []
+            out += [f"{accumulator(op).dtype.cuda_type} {a} = {accumulator(op).identity};" for op, _, a in accs]
+            if em.elem:
+                out += self._end_pass(em, em.elem, unrolled=p == stores_at and bool(self.columns))
+            for op, nth, a in accs:
+                self._reduction(em, op, out, nth, a)
         for v, m in self.lay.stores.items():
             if not m.depends_on(self.red) and v in self.out_idx and self.P == 1:
                 out.append("if (lane == 0) " + self._write(v, m, em.stored(v, m)))

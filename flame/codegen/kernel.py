@@ -98,7 +98,13 @@ class Config:
     the vector path, so it no longer holds the kernel to one element per thread (an FP8 cast of an
     RMSNorm's output, 1-byte stores, ran at 43 % of copy on an H100:
     benchmarks/results/2026-12-06-H100-fp8-joined-casts/); None: $FLAME_SPLAT_LOADS, else off until
-    measured on a GPU."""
+    measured on a GPU.
+    merge_row_passes: a row kernel computes in one pass over the row every reduction whose input reads
+    no result of that pass, and stores its per-element results in the first pass that has what they
+    read (codegen/fused_rows.py `_schedule`), instead of a pass per reduction and one for the stores:
+    an FP8 backward's SwiGLU kernel with the amaxes of its two gradients went over its three streamed
+    input rows three times; an RMSNorm's forward with its output's amax twice. None:
+    $FLAME_MERGE_ROW_PASSES, else on."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -126,6 +132,7 @@ class Config:
     row_stream_threads: int = 512
     byte_words: bool | None = None
     splat_loads: bool | None = None
+    merge_row_passes: bool | None = None
 
 
 DEFAULT_CONFIG = Config()
@@ -189,6 +196,13 @@ def splat_loads(config: Config = DEFAULT_CONFIG) -> bool:
     return env_flag("FLAME_SPLAT_LOADS", False) if config.splat_loads is None else config.splat_loads
 
 
+def merge_row_passes(config: Config = DEFAULT_CONFIG) -> bool:
+    """config.merge_row_passes, else $FLAME_MERGE_ROW_PASSES, else on (Config says what it does)."""
+    if config.merge_row_passes is None:
+        return env_flag("FLAME_MERGE_ROW_PASSES", True)
+    return config.merge_row_passes
+
+
 ROW_STREAM_MIN = 8192  # Config.row_stream_min's default
 
 
@@ -201,10 +215,11 @@ def row_stream_min(config: Config = DEFAULT_CONFIG) -> int:
 
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
     """The settings codegen reads from the environment (rows_schedule, balanced_scalars, tiled_maps,
-    wide_byte_tiles, byte_words, splat_loads, row_stream_min, flash_pipeline): part of every key under
-    which rendered kernels or compiled plans are kept."""
+    wide_byte_tiles, byte_words, splat_loads, merge_row_passes, row_stream_min, flash_pipeline): part of
+    every key under which rendered kernels or compiled plans are kept."""
     return (rows_schedule(config), balanced_scalars(config), tiled_maps(config), wide_byte_tiles(config),
-            byte_words(config), splat_loads(config), row_stream_min(config), flash_pipeline())
+            byte_words(config), splat_loads(config), merge_row_passes(config), row_stream_min(config),
+            flash_pipeline())
 
 
 @dataclass(frozen=True)
