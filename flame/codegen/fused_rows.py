@@ -122,6 +122,7 @@ class _RowSegment:
         self.ops, self.lay, self.G, self.seg, self.columns = ops, lay, G, seg, columns
         self.row_barriers, self.block = config.row_barriers, G  # block: set by lower_rows before body()
         self.merge = merge_row_passes(config)
+        self.passes = 0  # passes over the row (body() counts them: _schedule)
         self.in_idx = {v: i for i, v in enumerate(inputs)}
         self.out_idx = {v: outputs.index(v) for v in lay.stores if v in outputs}  # others: column inputs
         rank = len(lay.domain)
@@ -422,6 +423,7 @@ class _RowSegment:
                 out += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
         em = Emitter(self.lay, self.values, self._load, self._own, prefix=f"s{self.seg}_")
         reds, passes, stores_at = self._schedule()
+        self.passes = passes
         for p in range(passes):
             self._start_pass(em)
             accs = []
@@ -701,8 +703,9 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
             how = "registers" if p.cached else "streamed"
             if new:
                 how += f", {p.V}-element vectors" + (f", {len(p.carry)} value(s) carried" if p.carry else "")
-            fields.append(dict(start=start, end=start + p.M * p.P, body=p.body(),
-                               what=f"{p.M} rows x {p.R}{chunks} ({how})"))
+            body = p.body()
+            how += f", {p.passes} pass{'es' if p.passes != 1 else ''} over the row"
+            fields.append(dict(start=start, end=start + p.M * p.P, body=body, what=f"{p.M} rows x {p.R}{chunks} ({how})"))
             start += p.M * p.P
         checks = [c for p in parts for c in p.aligned_check()]
         paths.append(dict(segments=fields, cond=" && ".join(dict.fromkeys(checks)) if aligned and checks else ""))
