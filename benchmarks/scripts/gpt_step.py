@@ -7,7 +7,7 @@ instance mlp_bf16_train or unet_train) a few times, for `flame profile` and memo
 Inputs are drawn as the suite draws them (flame.bench.spec.generate);
 prints the loss and, on the GPU, the CuPy pool's bytes in use and reserved after the calls.
 FLAME_FP8_SCALING=delayed runs an `_fp8` case with delayed scaling (its recipe's `scaling`; the
-cases use current scaling)."""
+cases use current scaling); FLAME_GPT_BATCH=N runs the case at batch N instead of its own."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ def main(argv: list[str]) -> None:
     if case is None:
         raise SystemExit(f"no case {name!r} in the suite; the cases: {', '.join(c.name for c in CASES)}")
     sizes = case.sizes("--quick" in argv)
+    if os.environ.get("FLAME_GPT_BATCH"):
+        sizes = dict(sizes, batch=int(os.environ["FLAME_GPT_BATCH"]))
     a = flame_inputs(case, sizes)
     bound = case.flame(sizes, a, flame.compile)
     data = [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
