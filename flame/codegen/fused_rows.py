@@ -331,7 +331,7 @@ class _RowSegment:
         count = max([*first.values(), -1 if S is None else S]) + 1
         at: dict[Op, int] = {}
         for op in reversed(reds):  # as late as what reads it allows: a pass that loads its inputs anyway
-            later = [at[r] for r in at if op in reads[r.inputs[0]]]
+            later = [at[r] for r in at if op in reads.get(r.inputs[0], ())]
             later += [S for v in stored if op in reads.get(v, ())]
             at[op] = min(later, default=count) - 1
         return [(op, at[op]) for op in reds], count, S

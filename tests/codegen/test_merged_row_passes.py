@@ -16,6 +16,7 @@ import flame
 from flame.codegen.kernel import Config, codegen_settings, merge_row_passes
 from flame.codegen.nvrtc import compile_cubin
 from tests.conftest import on_device
+from tests.ops.test_everyday_ops import check
 
 
 def _outputs_and_amaxes(x, w):
@@ -34,17 +35,28 @@ def _norm_and_amax(x, w):
     return y, y.float().abs().amax(-1)
 
 
-def _data(rows: int, d: int, seed: int = 0):
+def _inputs_reduced(x, w):
+    """A min-max scaling: the min and max of a kernel input itself (nothing in the kernel computes what
+    they read), the scaled values stored, and their sum (a reduction only leaving the kernel)."""
+    lo, hi = x.aminmax(dim=-1)
+    y = (x - lo[:, None]) / (hi - lo)[:, None] * w
+    return lo, hi, y.to(flame.bf16), y.sum(-1)
+
+
+_DTYPE = {_inputs_reduced: flame.f32}  # the others take bf16
+
+
+def _data(rows: int, d: int, seed: int = 0, dtype=flame.bf16):
     rng = np.random.default_rng(seed)
-    x = flame.tensor(rng.standard_normal((rows, d)).astype(np.float32)).to(flame.bf16)
-    w = flame.tensor(rng.standard_normal(d).astype(np.float32)).to(flame.bf16)
+    x = flame.tensor(rng.standard_normal((rows, d)).astype(np.float32)).to(dtype)
+    w = flame.tensor(rng.standard_normal(d).astype(np.float32)).to(dtype)
     return x, w
 
 
 def _compiled(monkeypatch, fn, on: str, rows: int = 64, d: int = 256, seed: int = 0):
     monkeypatch.setenv("FLAME_MERGE_ROW_PASSES", on)
     step = flame.compile(fn)
-    got = step(*_data(rows, d, seed))
+    got = step(*_data(rows, d, seed, _DTYPE.get(fn, flame.bf16)))
     return step._last.plan, [np.asarray(t.numpy()).view(np.uint8).copy() for t in got]
 
 
@@ -76,6 +88,22 @@ def test_reductions_only_leaving_the_kernel_join_the_store_pass(cuda_target, mon
             assert compile_cubin(k.source, "sm_90")[:4] == b"\x7fELF"
 
 
+def test_reductions_of_kernel_inputs(cuda_target, monkeypatch):
+    on, got_on = _compiled(monkeypatch, _inputs_reduced, "1")
+    off, got_off = _compiled(monkeypatch, _inputs_reduced, "0")
+    assert _passes(on) == [2] and _passes(off) == [4]
+    eager = [np.asarray(t.numpy()).view(np.uint8) for t in _inputs_reduced(*_data(64, 256, dtype=flame.f32))]
+    for a, b, c in zip(got_on, got_off, eager):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_a_gradient_beside_reductions_of_a_kernel_input(cuda_target):
+    """aminmax's backward: its kernel's reductions read the input itself (a KeyError once)."""
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    check(lambda t: tuple(t.aminmax(dim=1)), lambda t: tuple(t.aminmax(dim=1)), x, mode="compiled")
+
+
 def test_a_reduction_reading_another_keeps_a_pass_of_its_own(cuda_target, monkeypatch):
     """mean, then the variance (it reads the mean), then the stores with the amax beside them: 3
     passes merged, 4 unmerged."""
@@ -89,7 +117,7 @@ def test_a_reduction_reading_another_keeps_a_pass_of_its_own(cuda_target, monkey
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fn", [_outputs_and_amaxes, _norm_and_amax])
+@pytest.mark.parametrize("fn", [_outputs_and_amaxes, _norm_and_amax, _inputs_reduced])
 @pytest.mark.parametrize("rows,d", [(64, 256), (33, 72), (512, 4096), (256, 11008), (4, 65536), (8, 24)])
 def test_gpu_merged_passes_write_the_unmerged_bytes(monkeypatch, fn, rows, d):
     """Warp rows, rows held in registers, streamed rows, rows split across blocks (few long rows),

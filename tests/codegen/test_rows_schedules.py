@@ -81,7 +81,7 @@ CASES = {
                                ["flame_vec<__nv_bfloat16, 8>", "1 value(s) carried"]),
     "softmax_carry": (_graph(_softmax, (8, 1000), bf16), NEW, None, ["y0[j * 8 + v]", "1 value(s) carried"]),
     "softmax_no_carry": (_graph(_softmax, (8, 1000), bf16), Config(rows_schedule="new", row_carry=False), None,
-                         ["8-element vectors)"]),
+                         ["8-element vectors, 3 passes over the row)"]),
     "block_rows": (_graph(_softmax, (6, 4096), f32), Config(rows_schedule="new", row_regs=16), None,
                    ["512 threads per row", "row_red + 1 * slot"]),
     "block_rows_one_reduction": (_graph(_sum_squares, (6, 3000), f32), Config(rows_schedule="new", row_regs=8),
@@ -95,16 +95,16 @@ CASES = {
     "reshaped_rows": (_reshaped_swiglu_amax, NEW, None, ["flame_vec<__nv_bfloat16, 8>", "8-element vectors"]),
     # few long rows split into chunks of 2048 across blocks (a whole-tensor loss), each chunk by vectors
     "split_rows": (_graph(_sum_squares, (2, 600000), bf16), NEW, None,
-                   ["in 293 chunks of 2048 (registers, 8-element vectors)", "cb + (off_t)t * 8"]),
+                   ["in 293 chunks of 2048 (registers, 8-element vectors, 1 pass over the row)", "cb + (off_t)t * 8"]),
     "split_rows_odd_length": (_graph(_sum_squares, (4, 300001), f32), NEW, None,
                               ["chunks of 2048", "1-element vectors"]),
     # many rows (at least Target.sm_count) of at least Config.row_stream_min elements re-read their inputs
     # in each pass, Config.row_stream_threads (512) each
     "streamed_long_rows": (lambda: _reshaped_swiglu_amax((2, 70)), Config(rows_schedule="new", row_stream_min=64),
-                           None, ["512 threads per row", "(streamed, 8-element vectors)"]),
+                           None, ["512 threads per row", "(streamed, 8-element vectors, 1 pass over the row)"]),
     # ... and twice as many where a thread would take more than fused_rows.STREAM_VECTORS vectors a pass
     "streamed_wide_rows": (_graph(_softmax, (1024, 16384), f32), Config(rows_schedule="new", row_stream_min=64),
-                           None, ["1024 threads per row", "(streamed, 4-element vectors)"]),
+                           None, ["1024 threads per row", "(streamed, 4-element vectors, 3 passes over the row)"]),
     "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
     "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
     "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,
