@@ -11,8 +11,8 @@ weight and bias gradients in 75.9 us against 52.9:
 - "old": each row is one warp (R <= 256 elements, 8 rows per block) or one block of 128 / 512 / 1024
   threads (by R alone). A thread owns elements r = lane + j*G of its row, loaded one by one; for rows
   of at most Target.row_cache elements the external inputs read per element are loaded once into
-  registers (compute type) and every pass (one per reduction, then the stores) works from them;
-  longer rows re-read global memory in each pass. A block-wide reduction takes two barriers.
+  registers (compute type) and every pass over the row works from them; longer rows re-read global
+  memory in each pass. A block-wide reduction takes two barriers.
 - "new": a thread owns vectors t = lane + j*G of V contiguous elements (16-byte loads and stores
   where every per-element access walks the row contiguously and rows start on whole vectors; a
   kernel-wide alignment check picks a same-order element-by-element copy of the row loop otherwise);
@@ -25,6 +25,10 @@ weight and bias gradients in 75.9 us against 52.9:
   takes one barrier (one shared slot per reduction of the row);
   values with a transcendental that a later pass reads again (softmax's exp(x - max)) are kept in
   registers from the pass that computes them (Config.row_carry), so each is computed once.
+Passes (both schedules, `_schedule`): one computes every reduction whose input reads no reduction of
+that pass or later, each as late as what reads its result allows, and the per-element stores join the
+first pass that has every result they read (Config.merge_row_passes): an RMSNorm is two passes (its
+statistic; the stores with the output's amax beside them), a LayerNorm three.
 Per-row values (reduction results and what is computed from them) are computed once per thread, from
 totals that every thread of the row holds identically. Column reductions (sums over the rows, a
 LayerNorm's weight and bias gradients) ride along in either schedule: each thread owns fixed
@@ -570,6 +574,27 @@ def _new_threads(make, config: Config, few: bool = False) -> tuple[int, list[_Ro
     return 1024, make(1024, hold=False)
 
 
+def _stream_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
+    """Streamed rows: (G threads per row, the segments at G). Config.row_stream_threads, doubled up to
+    1024 while a thread would take more than STREAM_VECTORS vectors a pass; with Config.row_stream_fit,
+    half as many instead where that leaves fewer threads idle in a row's last step: an FP8 backward's
+    SwiGLU rows of 688 16-element vectors take 3 steps of 256 threads (10 % of them idle in all) rather
+    than 2 of 512 (33 %)."""
+    G, parts = config.row_stream_threads, make(config.row_stream_threads, hold=False)
+    while G < 1024 and max(p.J for p in parts) > STREAM_VECTORS:
+        G, parts = 2 * G, make(2 * G, hold=False)
+    if not config.row_stream_fit or G // 2 < 32:
+        return G, parts
+    half = make(G // 2, hold=False)
+
+    def idle(g: int, segs: list[_RowSegment]) -> float:  # the thread steps of a row that have no vector
+        return sum(p.J * g - -(-p.CH // p.V) for p in segs) / sum(p.J * g for p in segs)
+
+    if max(p.J for p in half) <= STREAM_VECTORS and idle(G // 2, half) < idle(G, parts) - 0.05:
+        return G // 2, half
+    return G, parts
+
+
 def _narrow_threads(make) -> tuple[int, list[_RowSegment]] | None:
     """"new", column sums only (a channels-last BatchNorm's statistics, a LayerNorm backward's
     recomputed output beside its weight and bias gradients): no row total, so no shuffle needs a
@@ -683,9 +708,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     elif (new and not narrow and row_stream_min(config) and isinstance(R, int) and isinstance(M, int)
           and min(n for n, lay in zip(lengths, lays) if lay.n_red) >= row_stream_min(config)
           and M >= target.sm_count):  # many long rows: streamed (Config.row_stream_min)
-        G, parts = config.row_stream_threads, make(config.row_stream_threads, hold=False)
-        while G < 1024 and max(p.J for p in parts) > STREAM_VECTORS:
-            G, parts = 2 * G, make(2 * G, hold=False)
+        G, parts = _stream_threads(make, config)
     elif new:
         G, parts = narrow or _new_threads(make, config, few=isinstance(M, int) and M < target.sm_count)
     else:

@@ -87,6 +87,8 @@ class Config:
     of copy held in registers and 28 % streamed. row_stream_threads: the fewest threads per streamed
     row (more, up to 1024, for rows a thread would take more than fused_rows.STREAM_VECTORS vectors of):
     512 against 1024: FP8's SwiGLU amax kernels 298 and 138 us against 428 and 226 on an H100.
+    row_stream_fit: streamed rows take half that many threads where that leaves fewer of them idle in
+    a row's last step (fused_rows._stream_threads).
     byte_words: tiled transposes with 1-byte results (FP8 casts and their transposes), 64 x 64 tiles and
     whole 16-byte result vectors fill the tile with words packed from 4 x 4 blocks and empty it by 16
     bytes (transpose.cu.j2's `packed`) instead of a byte per shared-memory access; None:
@@ -95,16 +97,15 @@ class Config:
     (benchmarks/results/2026-12-06-H100-byte-words/).
     splat_loads: an elementwise kernel's input constant along the innermost dim (a norm's per-row
     statistic in the kernel recomputing its output, [rows, 1] of [rows, d]) is read once per vector on
-    the vector path, so it no longer holds the kernel to one element per thread (an FP8 cast of an
-    RMSNorm's output, 1-byte stores, ran at 43 % of copy on an H100:
-    benchmarks/results/2026-12-06-H100-fp8-joined-casts/); None: $FLAME_SPLAT_LOADS, else off until
-    measured on a GPU.
+    the vector path, so it no longer holds the kernel to one element per thread: FP8 training's cast of
+    a Llama-7B-width RMSNorm output (1-byte stores) 39.4 -> 20.8 us, 43 -> 81 % of copy, on an H100
+    (benchmarks/results/2026-12-06-H100-merged-row-passes/); None: $FLAME_SPLAT_LOADS, else on.
     merge_row_passes: a row kernel computes in one pass over the row every reduction whose input reads
     no result of that pass, and stores its per-element results in the first pass that has what they
     read (codegen/fused_rows.py `_schedule`), instead of a pass per reduction and one for the stores:
     an FP8 backward's SwiGLU kernel with the amaxes of its two gradients went over its three streamed
-    input rows three times; an RMSNorm's forward with its output's amax twice. None:
-    $FLAME_MERGE_ROW_PASSES, else on."""
+    input rows three times (304 -> 257 us on an H100), the SwiGLU amax over its two twice (130 -> 97
+    us; benchmarks/results/2026-12-06-H100-merged-row-passes/). None: $FLAME_MERGE_ROW_PASSES, else on."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -130,6 +131,7 @@ class Config:
     wide_byte_tiles: bool | None = None
     row_stream_min: int | None = None
     row_stream_threads: int = 512
+    row_stream_fit: bool = True
     byte_words: bool | None = None
     splat_loads: bool | None = None
     merge_row_passes: bool | None = None
@@ -192,8 +194,8 @@ def byte_words(config: Config = DEFAULT_CONFIG) -> bool:
 
 
 def splat_loads(config: Config = DEFAULT_CONFIG) -> bool:
-    """config.splat_loads, else $FLAME_SPLAT_LOADS, else off (Config says what it does)."""
-    return env_flag("FLAME_SPLAT_LOADS", False) if config.splat_loads is None else config.splat_loads
+    """config.splat_loads, else $FLAME_SPLAT_LOADS, else on (Config says what it does)."""
+    return env_flag("FLAME_SPLAT_LOADS", True) if config.splat_loads is None else config.splat_loads
 
 
 def merge_row_passes(config: Config = DEFAULT_CONFIG) -> bool:

@@ -105,6 +105,13 @@ CASES = {
     # ... and twice as many where a thread would take more than fused_rows.STREAM_VECTORS vectors a pass
     "streamed_wide_rows": (_graph(_softmax, (1024, 16384), f32), Config(rows_schedule="new", row_stream_min=64),
                            None, ["1024 threads per row", "(streamed, 4-element vectors, 3 passes over the row)"]),
+    # ... and half as many where that leaves fewer threads idle in a row's last step (688 vectors: 3 steps
+    # of 256 threads rather than 2 of 512)
+    "streamed_fit_rows": (_graph(_softmax, (256, 5504), bf16), Config(rows_schedule="new", row_stream_min=64),
+                          None, ["256 threads per row", "(streamed, 8-element vectors, 3 passes over the row)"]),
+    "streamed_unfit_rows": (_graph(_softmax, (256, 5504), bf16),
+                            Config(rows_schedule="new", row_stream_min=64, row_stream_fit=False), None,
+                            ["512 threads per row", "(streamed, 8-element vectors"]),
     "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
     "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
     "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,

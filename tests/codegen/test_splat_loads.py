@@ -1,4 +1,4 @@
-"""Config.splat_loads / FLAME_SPLAT_LOADS (off by default): an elementwise kernel's input constant along
+"""Config.splat_loads / FLAME_SPLAT_LOADS (on by default): an elementwise kernel's input constant along
 the innermost dim (a norm's per-row statistic where the kernel recomputes the norm's output, as FP8
 training's cast of an RMSNorm output does) is read once per vector on the vector path instead of
 holding the kernel to one element per thread. Planned for the CUDA target: off, the kernel is the
@@ -40,9 +40,9 @@ def _kernel(monkeypatch, on: str, seed: int = 0):
     return k, np.asarray(got.numpy()).view(np.uint8).copy()
 
 
-def test_off_by_default_and_a_codegen_setting(monkeypatch):
+def test_on_by_default_and_a_codegen_setting(monkeypatch):
     monkeypatch.delenv("FLAME_SPLAT_LOADS", raising=False)
-    assert splat_loads() is False and splat_loads(Config(splat_loads=True)) is True
+    assert splat_loads() is True and splat_loads(Config(splat_loads=False)) is False
     monkeypatch.setenv("FLAME_SPLAT_LOADS", "1")
     assert splat_loads() is True and splat_loads(Config(splat_loads=False)) is False
     assert codegen_settings()[5] is True and codegen_settings(Config(splat_loads=False))[5] is False
