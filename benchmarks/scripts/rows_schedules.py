@@ -46,7 +46,8 @@ PLAN_CASES = {
     "gpt_train CE [8192,32768]": ("gpt_train", "cast+reduce_max+sub+exp+reduce_sum+log"),
     "fp8 SwiGLU amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+silu+reshape+mul+abs+reduce_max"),
     "fp8 SwiGLU bwd amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+reshape+silu+mul+reshape+reshape+mul"),
-    "fp8 SwiGLU bwd cast amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+reshape+silu+mul+reshape+scaled_cast"),
+    "fp8 SwiGLU bwd cast amax [4096,11008]": ("llama7b_block_train_fp8",
+                                              "reshape+reshape+silu+mul+reshape+scaled_cast"),
     "fp8 weight amax x7": ("llama7b_block_train_fp8", "abs+reduce_max+abs+reduce_max+abs+reduce_max"),
     # elementwise groups: the FP8 casts writing both layouts through a tiled transpose, by source shape
     "fp8 cast bf16 [4096,11008] both layouts": ("llama7b_block_train_fp8", "scaled_cast+permute", "elementwise",

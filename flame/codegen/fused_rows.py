@@ -728,7 +728,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
                 how += f", {p.V}-element vectors" + (f", {len(p.carry)} value(s) carried" if p.carry else "")
             body = p.body()
             how += f", {p.passes} pass{'es' if p.passes != 1 else ''} over the row"
-            fields.append(dict(start=start, end=start + p.M * p.P, body=body, what=f"{p.M} rows x {p.R}{chunks} ({how})"))
+            fields.append(dict(start=start, end=start + p.M * p.P, body=body,
+                               what=f"{p.M} rows x {p.R}{chunks} ({how})"))
             start += p.M * p.P
         checks = [c for p in parts for c in p.aligned_check()]
         paths.append(dict(segments=fields, cond=" && ".join(dict.fromkeys(checks)) if aligned and checks else ""))

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import flame
-from flame.codegen.kernel import Config, codegen_settings, merge_row_passes
 from flame.codegen.nvrtc import compile_cubin
 from tests.conftest import on_device
 from tests.ops.test_everyday_ops import check
@@ -64,14 +63,6 @@ def _passes(plan) -> list[int]:
     """Each row kernel's passes, as its header says."""
     return [int(n) for k in plan.kernels() for n in re.findall(r"new schedule: .*?(\d+) pass(?:es)? over the row",
                                                                  k.source.split("\n#include")[0])]
-
-
-def test_on_by_default_and_a_codegen_setting(monkeypatch):
-    monkeypatch.delenv("FLAME_MERGE_ROW_PASSES", raising=False)
-    assert merge_row_passes() is True and merge_row_passes(Config(merge_row_passes=False)) is False
-    monkeypatch.setenv("FLAME_MERGE_ROW_PASSES", "0")
-    assert merge_row_passes() is False and merge_row_passes(Config(merge_row_passes=True)) is True
-    assert codegen_settings()[6] is False and codegen_settings(Config(merge_row_passes=True))[6] is True
 
 
 @pytest.mark.parametrize("rows,d", [(64, 256), (256, 11008)])  # rows held in registers; streamed rows

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import flame
-from flame.codegen.kernel import Config, codegen_settings, splat_loads
 from flame.codegen.nvrtc import compile_cubin
 from flame.frontend.dispatch import apply
 from flame.ir.dtypes import f8e4m3
@@ -38,14 +37,6 @@ def _kernel(monkeypatch, on: str, seed: int = 0):
     got = step(*_data(seed=seed))
     (k,) = step._last.plan.kernels()
     return k, np.asarray(got.numpy()).view(np.uint8).copy()
-
-
-def test_on_by_default_and_a_codegen_setting(monkeypatch):
-    monkeypatch.delenv("FLAME_SPLAT_LOADS", raising=False)
-    assert splat_loads() is True and splat_loads(Config(splat_loads=False)) is False
-    monkeypatch.setenv("FLAME_SPLAT_LOADS", "1")
-    assert splat_loads() is True and splat_loads(Config(splat_loads=False)) is False
-    assert codegen_settings()[5] is True and codegen_settings(Config(splat_loads=False))[5] is False
 
 
 def test_a_per_row_input_reads_once_per_vector_when_on(cuda_target, monkeypatch):

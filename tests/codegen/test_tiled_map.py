@@ -190,20 +190,6 @@ def test_gpu_wide_byte_tiles_are_exact(monkeypatch, dtype, offset):
         assert check(k, shape, perm, dtype, offset) == "exact", (shape, perm)
 
 
-def test_switches_are_codegen_settings(monkeypatch):
-    """The switches are read where codegen's settings are (so compiled plans and rendered kernels are
-    kept per setting), from Config first, else the environment."""
-    from flame.codegen.kernel import Config, byte_words, codegen_settings, tiled_maps, wide_byte_tiles
-
-    assert tiled_maps() is True and wide_byte_tiles() is False and byte_words() is True
-    monkeypatch.setenv("FLAME_TILED_MAP", "0")
-    monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", "1")
-    monkeypatch.setenv("FLAME_BYTE_WORDS", "0")
-    assert codegen_settings()[2:5] == (False, True, False)
-    assert tiled_maps(Config(tiled_maps=True)) is True and wide_byte_tiles(Config(wide_byte_tiles=False)) is False
-    assert byte_words(Config(byte_words=True)) is True
-
-
 @pytest.mark.parametrize("src,words", [("bfloat16", True), ("float16", True), ("float32", False)])
 def test_casts_from_narrow_sources_pack_words(cuda_target, src, words):
     """An FP8 cast's tiled transpose packs 4 x 4 blocks into words (Config.byte_words) from 2-byte sources;
