@@ -315,8 +315,10 @@ class _RowSegment:
         per-element stores and column partials or None). With Config.merge_row_passes a pass computes
         every reduction whose input reads no reduction of that pass or later (reductions whose result is
         read in the row go in the pass before the first that reads it, the others in the last), and
-        the stores go in the first pass that has every reduction they read; else (the measured-before
-        form) each reduction has a pass of its own, in op order, and the stores a last one."""
+        the stores go in the first pass that has every reduction they read; else each reduction has a
+        pass of its own, in op order, and the stores a last one (FLAME_MERGE_ROW_PASSES=0).
+        A reduction nothing stored reads is not computed (a pad of its zero-size result reads none of
+        it: the layout holds no map for it or its operands)."""
         reds = [op for op in self.ops if is_reduction(op) and op.out in self.lay.maps]
         stored = [v for v, m in self.lay.stores.items() if m.depends_on(self.red) and v in self.out_idx]
         stored += [op.inputs[0] for op in self.columns]
