@@ -36,10 +36,12 @@ def _norm_and_amax(x, w):
 
 def _inputs_reduced(x, w):
     """A min-max scaling: the min and max of a kernel input itself (nothing in the kernel computes what
-    they read), the scaled values stored, and their sum (a reduction only leaving the kernel)."""
+    they read), the scaled values stored, and the sum of the stored values (a reduction only leaving the
+    kernel). The sum adds rounded values: a sum of products would leave NVRTC free to fuse the product
+    into the sum (an FMA) in one kernel and not in the other, and the test compares bits."""
     lo, hi = x.aminmax(dim=-1)
-    y = (x - lo[:, None]) / (hi - lo)[:, None] * w
-    return lo, hi, y.to(flame.bf16), y.sum(-1)
+    y = ((x - lo[:, None]) / (hi - lo)[:, None] * w).to(flame.bf16)
+    return lo, hi, y, y.float().sum(-1)
 
 
 _DTYPE = {_inputs_reduced: flame.f32}  # the others take bf16
