@@ -113,6 +113,9 @@ class Trace:
     held_reads: dict[str, tuple] = field(default_factory=dict)
     functions_read: dict[int, object] = field(default_factory=dict)  # id -> a method of the user's it fetched
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
+    # id -> a traced tensor the body made a leaf that requires grad (x.detach().requires_grad_(),
+    # flame.zeros(n, requires_grad=True)): backward() fills its .grad, as it does a concrete leaf's
+    made_leaves: dict[int, object] = field(default_factory=dict)
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
     differentiated: tuple = ()  # tensors a flame.grad being traced differentiates by, whatever their requires_grad
     no_grad: set = field(default_factory=set)  # Values of ops recorded with gradients off (no_grad)
@@ -352,13 +355,16 @@ class Trace:
         Without retain_graph=True the ops it went through are freed, as eager backward() frees its
         nodes: a second backward through one raises."""
         leaves = [t for t, _ in self.current.values() if t.requires_grad and t.dtype.is_float]
+        made = [t for k, t in self.made_leaves.items()  # (an argument's proxy is among `current`'s)
+                if k not in self.current and t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None
         if seed is None and loss.numel() != 1:
             raise AutogradError(
                 f"backward(): grad can be implicitly created only for scalar outputs; a non-scalar "
                 f"{list(loss.shape)} tensor needs a gradient argument\n  at {user_location()}"
             )
-        leaf_values = [_written_leaf(self.value_of(t)) for t in leaves]
+        leaf_values = [_written_leaf(self.value_of(t)) for t in leaves] + [t._value for t in made]
+        leaves += made
         used = self._backward_ops(self.value_of(loss), leaf_values)
         again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
         if again is not None:
@@ -398,12 +404,14 @@ class Trace:
         self.read_python(what, read)
 
     def _backward_ops(self, loss: Value, leaves: list[Value]) -> set:
-        """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss."""
-        carries, on_path = set(leaves), set()
+        """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss (not
+        the op making a leaf, where the body made one: Trace.made_leaves)."""
+        made, on_path = set(leaves), set()
+        carries = set(made)
         for op in self.graph.ops:
             if op.name != STOP_GRADIENT.name and not carries.isdisjoint(op.inputs):
                 carries.add(op.out)
-        producer = {op.out: op for op in self.graph.ops}
+        producer = {op.out: op for op in self.graph.ops if op.out not in made}
         stack = [loss]
         while stack:
             op = producer.get(stack.pop())
