@@ -16,7 +16,8 @@ from flame.frontend.default_dtype import float_dtype, get_default_dtype
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import fits
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
-from flame.frontend.tensor_core import full, placed, where
+from flame.frontend.tensor_core import full as _full
+from flame.frontend.tensor_core import placed, where
 from flame.ir.dtypes import DType, bf16, dtype_of, f64, i64, u8
 from flame.ir.ops.creation import arange_len
 from flame.runtime import device as _device
@@ -75,14 +76,19 @@ def _bfloat16_bits(obj) -> Any:
     return None
 
 
+def full(size, fill_value, dtype=None, *, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor of `size` filled with fill_value, as torch.full (tensor_core.full: the dtype rule)."""
+    return _full(size, fill_value, dtype, device=device).requires_grad_(requires_grad)
+
+
 def zeros(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of zeros (torch.zeros), in dtype or the default floating dtype."""
-    return placed(full(_shape_arg(shape), 0, float_dtype(dtype)), device, "zeros").requires_grad_(requires_grad)
+    return placed(_full(_shape_arg(shape), 0, float_dtype(dtype)), device, "zeros").requires_grad_(requires_grad)
 
 
 def ones(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of ones (torch.ones), in dtype or the default floating dtype."""
-    return placed(full(_shape_arg(shape), 1, float_dtype(dtype)), device, "ones").requires_grad_(requires_grad)
+    return placed(_full(_shape_arg(shape), 1, float_dtype(dtype)), device, "ones").requires_grad_(requires_grad)
 
 
 def empty(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -109,7 +115,7 @@ def zeros_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = 
                memory_format=None) -> Tensor:
     """Zeros of input's shape, in dtype or input's."""
     _memory_format.check("zeros_like", memory_format)
-    made = placed(full(input.shape, 0, dtype or input.dtype), device, "zeros_like")
+    made = placed(_full(input.shape, 0, dtype or input.dtype), device, "zeros_like")
     return made_like(input, made.requires_grad_(requires_grad))
 
 
@@ -117,11 +123,11 @@ def ones_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = F
               memory_format=None) -> Tensor:
     """Ones of input's shape, in dtype or input's."""
     _memory_format.check("ones_like", memory_format)
-    made = placed(full(input.shape, 1, dtype or input.dtype), device, "ones_like")
+    made = placed(_full(input.shape, 1, dtype or input.dtype), device, "ones_like")
     return made_like(input, made.requires_grad_(requires_grad))
 
 
-def arange(start=0, end=None, step=1, dtype=None, *, device=None) -> Tensor:
+def arange(start=0, end=None, step=1, dtype=None, *, device=None, requires_grad: bool = False) -> Tensor:
     """start, start + step, ... below end (arange(end) counts from 0), as torch.arange: i64 for integer
     bounds, the default floating dtype where one is a float; a tensor bound counts as its value (a float
     tensor's as a float), as torch reads it."""
@@ -139,8 +145,10 @@ def arange(start=0, end=None, step=1, dtype=None, *, device=None) -> Tensor:
                          f"sign, as in PyTorch (an empty range needs start == stop)\n  at {user_location()}")
     dt = dtype_of(dtype)
     if dt.is_int and any(isinstance(v, (float, np.floating)) for v in (start, stop, step)):
-        return placed(_int_arange(float(start), float(stop), float(step), dt), device, "arange")
-    return placed(apply("arange", start=start, stop=stop, step=step, dtype=dt), device, "arange")
+        made = _int_arange(float(start), float(stop), float(step), dt)
+    else:
+        made = apply("arange", start=start, stop=stop, step=step, dtype=dt)
+    return placed(made, device, "arange").requires_grad_(requires_grad)
 
 
 def _int_arange(start: float, stop: float, step: float, dt: DType) -> Tensor:
@@ -428,7 +436,7 @@ def _linspace_values(start, end, steps: int, dt: DType) -> np.ndarray:
     return (out if dt.is_float else np.trunc(out)).astype(dt.np_dtype)
 
 
-def linspace(start, end, steps: int, dtype=None, *, device=None) -> Tensor:
+def linspace(start, end, steps: int, dtype=None, *, device=None, requires_grad: bool = False) -> Tensor:
     """steps evenly spaced values from start to end, bitwise as torch.linspace on the CPU (from start for
     the first half, from end for the second, so both ends are exact; _linspace_values), in dtype or the
     default floating dtype. The values are computed on the host from the Python numbers: inside
@@ -439,7 +447,8 @@ def linspace(start, end, steps: int, dtype=None, *, device=None) -> Tensor:
     if steps > 1:  # (as torch: one step is start, unchecked)
         fits("linspace", "start", start, dt)
         fits("linspace", "end", end, dt)
-    return placed(Tensor._concrete(executor().asarray(_linspace_values(start, end, steps, dt)), dt), device, "linspace")
+    made = Tensor._concrete(executor().asarray(_linspace_values(start, end, steps, dt)), dt)
+    return placed(made, device, "linspace").requires_grad_(requires_grad)
 
 
 def _logspace_values(start, end, steps: int, base: float, dt: DType) -> np.ndarray:
@@ -474,7 +483,8 @@ def _pow(base: float, x: float) -> float:
         return math.nan
 
 
-def logspace(start, end, steps: int, base: float = 10.0, dtype=None, *, device=None) -> Tensor:
+def logspace(start, end, steps: int, base: float = 10.0, dtype=None, *, device=None,
+             requires_grad: bool = False) -> Tensor:
     """base ** linspace(start, end, steps), as torch.logspace on the CPU (_logspace_values), in
     dtype or the default floating dtype; computed on the host from the Python numbers (inside
     @flame.compile a constant of the graph)."""
@@ -485,10 +495,11 @@ def logspace(start, end, steps: int, base: float = 10.0, dtype=None, *, device=N
         fits("logspace", "start", start, dt)
         fits("logspace", "end", end, dt)
     values = _logspace_values(start, end, steps, float(base), dt)
-    return placed(Tensor._concrete(executor().asarray(values), dt), device, "logspace")
+    return placed(Tensor._concrete(executor().asarray(values), dt), device, "logspace").requires_grad_(requires_grad)
 
 
-def eye(n: int, m: int | None = None, dtype=None, *, device=None) -> Tensor:
+def eye(n: int, m: int | None = None, dtype=None, *, device=None, requires_grad: bool = False) -> Tensor:
     """The n x m identity (ones on the diagonal), in dtype or the default floating dtype."""
     m = n if m is None else m
-    return placed((arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).to(float_dtype(dtype)), device, "eye")
+    made = (arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).to(float_dtype(dtype))
+    return placed(made, device, "eye").requires_grad_(requires_grad)

@@ -66,3 +66,31 @@ def test_a_computed_tensor_stays_no_leaf():
     wg, yg = step(flame.tensor(X))
     assert yg is None
     np.testing.assert_allclose(wg.numpy(), X.sum(0), rtol=1e-6)
+
+
+MADE = {  # torch's creation functions that take requires_grad, as flame spells them
+    "full": lambda lib: lib.full((3,), 0.5, requires_grad=True),
+    "arange": lambda lib: lib.arange(3.0, requires_grad=True),
+    "linspace": lambda lib: lib.linspace(-1, 1, 3, requires_grad=True),
+    "logspace": lambda lib: lib.logspace(0, 1, 3, requires_grad=True),
+    "eye": lambda lib: lib.eye(3, requires_grad=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MADE))
+@pytest.mark.parametrize("compiled", [False, True])
+def test_creation_functions_take_requires_grad(name, compiled):
+    def body(lib, x):
+        b = MADE[name](lib)
+        ((x @ b if b.ndim == 2 else x * b) * x).sum().backward()
+        return b.grad
+
+    want = body(torch, torch.tensor(X)).numpy()
+    run = (lambda x: body(flame, x))
+    got = (flame.compile(run) if compiled else run)(flame.tensor(X)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_an_integer_range_cannot_require_grad():
+    with pytest.raises(flame.errors.GradDTypeError, match="floating point"):
+        flame.arange(3, requires_grad=True)
