@@ -403,7 +403,8 @@ class Tensor:
             )
         if requires_grad != self._requires_grad and self._value is None and (trace := current_trace.get()) is not None:
             trace.write_requires_grad(self)  # a compiled call sets it again as the body did
-        elif requires_grad and not self._requires_grad and self._trace is not None:  # a leaf made while tracing
+        elif requires_grad and not self._requires_grad and self._trace is not None and \
+                not self._trace.requires_grad(self):  # a leaf made while tracing (no gradient history)
             self._trace.made_leaves[id(self)] = self
         self._requires_grad = requires_grad
 

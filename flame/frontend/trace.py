@@ -297,7 +297,8 @@ class Trace:
         # wanted: the input or current value of a tensor that requires grad (found through `holders`: a
         # set of all of them per question would make a step's optimizer writes quadratic in its tensors)
         wanting = {d._value if d._value is not None else self.inputs_of.get(id(d)) for d in differentiated} \
-            if differentiated else ()
+            if differentiated else set()
+        wanting |= {m._value for m in self.made_leaves.values() if m.requires_grad}  # leaves the body made
         current = self.current
         seen, todo = set(), [start]
         while todo:

@@ -2,6 +2,8 @@
 `flame.zeros(n, requires_grad=True)`) gets its .grad from backward() as it does eagerly and as in
 torch (it was left None: a silent wrong answer)."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -94,3 +96,44 @@ def test_creation_functions_take_requires_grad(name, compiled):
 def test_an_integer_range_cannot_require_grad():
     with pytest.raises(flame.errors.GradDTypeError, match="floating point"):
         flame.arange(3, requires_grad=True)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_tensor_written_with_a_gradient_history_is_no_leaf(compiled):
+    """A buffer made in the body that takes a value with a gradient history (an index write) requires
+    grad through that history: it is no leaf, its .grad stays None, and the history's leaf gets the
+    gradient, as in torch."""
+    w = flame.tensor(W, requires_grad=True)
+
+    def body(x):
+        buf = flame.zeros(2)
+        buf[0] = (w * x[0]).sum()
+        buf[1] = (w * x[1]).pow(2).sum()
+        buf.sum().backward()
+        return w.grad, buf.grad
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # reading a non-leaf's .grad warns, as in torch
+        wg, bg = (flame.compile(body) if compiled else body)(flame.tensor(X))
+    assert bg is None
+    np.testing.assert_allclose(wg.numpy(), X[0] + 2 * X[1] * X[1] * W, rtol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_gradient_with_a_history_is_no_leaf(compiled):
+    """A gradient penalty: the gradient made with create_graph=True requires grad through its history,
+    so backward() through it fills the parameter's .grad and leaves the gradient's own None."""
+    def body(lib, w, x):
+        (g,) = lib.autograd.grad((w * x).pow(3).sum(), w, create_graph=True)
+        (g * g).sum().backward()
+        return w.grad, g.grad
+
+    tw = torch.tensor(W, requires_grad=True)
+    want, tg = body(torch, tw, torch.tensor(X))
+    w = flame.tensor(W, requires_grad=True)
+    run = (lambda x: body(flame, w, x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # reading a non-leaf's .grad warns, as in torch
+        got, g = (flame.compile(run) if compiled else run)(flame.tensor(X))
+    assert tg is None and g is None
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
