@@ -332,9 +332,8 @@ class _RowSegment:
             if op in reds:
                 level[op.out] += 1
                 reads[op.out] |= {op}
-        first = {op: level[op.out] - 1 for op in reds}
         S = max((level.get(v, 0) for v in stored), default=None)
-        count = max([*first.values(), -1 if S is None else S]) + 1
+        count = max([level[op.out] - 1 for op in reds] + [-1 if S is None else S]) + 1
         at: dict[Op, int] = {}
         for op in reversed(reds):  # as late as what reads it allows: a pass that loads its inputs anyway
             later = [at[r] for r in at if op in reads.get(r.inputs[0], ())]

@@ -404,8 +404,8 @@ class Tensor:
         if requires_grad != self._requires_grad and self._value is None and (trace := current_trace.get()) is not None:
             trace.write_requires_grad(self)  # a compiled call sets it again as the body did
         elif requires_grad and not self._requires_grad and self._trace is not None and \
-                not self._trace.requires_grad(self):  # a leaf made while tracing (no gradient history)
-            self._trace.made_leaves[id(self)] = self
+                id(self) not in self._trace.current and not self._trace.requires_grad(self):
+            self._trace.made_leaves[id(self)] = self  # a leaf made while tracing (not an argument; no history)
         self._requires_grad = requires_grad
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:

@@ -127,7 +127,7 @@ class Trace:
         v = self.graph.add_input(TensorType(t.shape, t.dtype), "data")
         self.bindings.append(Binding("arg", arg=index))
         out = Tensor._traced(v, self)
-        out.requires_grad = t.requires_grad
+        out._requires_grad = t.requires_grad  # the argument's flag (a proxy is no leaf the body made)
         out._hooks = own_hooks(t)  # the caller's hooks on it run in the traced backward
         out._post_hooks = t._post_hooks  # and its post-accumulate-grad hooks after its .grad is written
         # tracked like a captured tensor: an in-place update becomes an aliased output and
@@ -356,8 +356,7 @@ class Trace:
         Without retain_graph=True the ops it went through are freed, as eager backward() frees its
         nodes: a second backward through one raises."""
         leaves = [t for t, _ in self.current.values() if t.requires_grad and t.dtype.is_float]
-        made = [t for k, t in self.made_leaves.items()  # (an argument's proxy is among `current`'s)
-                if k not in self.current and t.requires_grad and t.dtype.is_float]
+        made = [t for t in self.made_leaves.values() if t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None
         if seed is None and loss.numel() != 1:
             raise AutogradError(
@@ -407,12 +406,12 @@ class Trace:
     def _backward_ops(self, loss: Value, leaves: list[Value]) -> set:
         """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss (not
         the op making a leaf, where the body made one: Trace.made_leaves)."""
-        made, on_path = set(leaves), set()
-        carries = set(made)
+        leafset, on_path = set(leaves), set()
+        carries = set(leafset)
         for op in self.graph.ops:
             if op.name != STOP_GRADIENT.name and not carries.isdisjoint(op.inputs):
                 carries.add(op.out)
-        producer = {op.out: op for op in self.graph.ops if op.out not in made}
+        producer = {op.out: op for op in self.graph.ops if op.out not in leafset}
         stack = [loss]
         while stack:
             op = producer.get(stack.pop())
