@@ -98,7 +98,7 @@ from flame.passes.fuse_columns import (
     is_bias_grad,
     store_conversions,
 )
-from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
+from flame.passes.fuse_traffic import absorb_readers, hoist_broadcasts, recompute_in, recompute_tails
 from flame.passes.fuse_transposes import pair_transposes, writes_transposed
 from flame.passes.fusion_state import (
     Buffers,
@@ -764,6 +764,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
             st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)
     _recompute_conversions(st)
     _absorb_scalars(st)
+    absorb_readers(st)
     _split_few_rows(st)
     absorb_bias_grads(st)  # before the rows kernels take column sums: a carried column costs a row kernel its vectors
     absorb_columns(st)

@@ -10,7 +10,7 @@ from flame.ir.graph import Kind, Op, RecomputeLoc, Value, is_backward
 from flame.ir.indexmap import is_reduction, is_view
 from flame.ir.registry import get, is_costly
 from flame.ir.symbolic import SymInt
-from flame.passes.fusion_state import Group, State, carried_columns, fit, one_row_segment
+from flame.passes.fusion_state import Group, State, carried_columns, fit, merge, one_row_segment
 from flame.passes.prepare_fusion import is_free
 
 # the kernel domain from which a costly op per element costs more than a launch of its own: ~30 instructions
@@ -259,3 +259,40 @@ def _rewire(st: State, o: Op, old: tuple, new: tuple) -> None:
             st.users[x].remove(o)
             st.users[y].append(o)
     o.inputs = new
+
+
+def absorb_readers(st: State) -> None:
+    """An elementwise kernel whose only input kernel is a rows kernel (directly, or through kernels of
+    views alone that only it reads), and which alone reads what it reads of that kernel, joins it with
+    those views where they fit one layout: the rows kernel stores the reader's results instead. An FP8
+    cast with a stored scale, through the reshape a Linear reads its input by, so joins the kernel
+    computing a SwiGLU product and its amax: the bf16 product is neither written nor read back. Such a
+    reader is left in a kernel of its own when its view is placed before the rows kernel's other
+    readers (the value is still exposed then)."""
+    for c in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE and not _views_only(grp)]:
+        chain, p = [c], _only_pred(st, c)
+        while p is not None and p.kind == Kind.ELEMENTWISE and _views_only(p) and st.succ(p) == {chain[-1]}:
+            chain.append(p)
+            p = _only_pred(st, p)
+        if p is None or p.kind != Kind.ROWS or not _fixed(p) or not _fixed(c):
+            continue
+        mine = {op for k in chain for op in k.ops}
+        read = {v for op in mine for v in op.inputs if st.group_of.get(v.producer) is p}
+        if any(v in st.outs or any(u not in mine and st.group_of.get(u) is not p for u in st.users[v]) for v in read):
+            continue
+        if st.reaches_any([k for k in st.succ(p) if k is not chain[-1]], (c,)):
+            continue
+        got = fit(st, st.sorted_ops(p.ops + list(mine)), Kind.ROWS, p.domain, p.n_red)
+        if not isinstance(got, str):
+            for k in reversed(chain):
+                merge(st, p, k)
+            p.domain, p.n_red = got
+
+
+def _views_only(grp: Group) -> bool:
+    return all(is_view(op) for op in grp.ops)
+
+
+def _only_pred(st: State, grp: Group) -> Group | None:
+    preds = st.pred(grp)
+    return next(iter(preds)) if len(preds) == 1 else None
