@@ -111,9 +111,12 @@ def test_amax_reductions_run_in_the_kernels_computing_their_tensors(split_target
     assert len(forward) >= (3 if scaling == "current" else 2)
 
 
-def test_delayed_scaling_casts_join_their_producers(cuda_target):
-    """At sizes whose amaxes are not split (one row kernel each), a cast with a stored scale joins the
-    kernel computing its input."""
+@pytest.mark.parametrize("target", ["cuda_target", "split_target"])
+def test_delayed_scaling_casts_join_their_producers(request, target):
+    """A cast with a stored scale joins the kernel computing its input, at sizes whose amaxes are split
+    across blocks (the full-size block's layout) or not (one row kernel each): the kernel stores the FP8
+    value, never the wider one for a cast kernel to read back."""
+    request.getfixturevalue(target)
     g, _ = _planned("delayed")
     group = {op: grp for grp in g.groups for op in grp.ops}
     casts = [op for op in g.ops if op.name == "scaled_cast" and not is_backward(op)]
