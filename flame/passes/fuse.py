@@ -62,7 +62,8 @@ Rules, in the order they apply:
 - traffic (passes/fuse_traffic.py): a big kernel's costly work on broadcast values (a BatchNorm's
   per-channel rsqrt) runs once per value in a small kernel of its own; a full-size value a kernel
   writes only for other kernels is recomputed in them when that reads fewer bytes (a BatchNorm
-  backward's dy * scale, f32, from the bf16 dy and ReLU output it comes from);
+  backward's dy * scale, f32, from the bf16 dy and ReLU output it comes from); an elementwise kernel
+  that alone reads what it reads of a rows kernel joins it (a delayed-scaling FP8 cast, absorb_readers);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
@@ -74,9 +75,8 @@ Rules, in the order they apply:
   pointwise kernel computing its input, which writes both as one tiled kernel (a cast and its transpose);
 Not fused: other column reductions (their own tuned kernel), gather/scatter/argmax (opaque).
 
-The groups while they form and the checks every rule shares live in passes/fusion_state.py; the
-rules that run after partitioning to place column sums, bias gradients and recomputations (columns,
-siblings, BGRAD) in passes/fuse_columns.py."""
+The groups while they form and the checks every rule shares live in passes/fusion_state.py; the rules
+after partitioning that place column sums, bias gradients and recomputations in passes/fuse_columns.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Fusion rules that run after partitioning (passes/fuse.py) and move work between kernels to cut
-what the GPU does per element: broadcast work done once in a small kernel (hoist_broadcasts), and
-full-size values recomputed by their readers instead of written and read back (recompute_tails)."""
+what the GPU does per element: broadcast work done once in a small kernel (hoist_broadcasts),
+full-size values recomputed by their readers instead of written and read back (recompute_tails), and a
+rows kernel's lone elementwise reader joined to it (absorb_readers)."""
 
 from __future__ import annotations
 
