@@ -32,10 +32,13 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)_
 // a wgmma matrix descriptor of a tile in the 128-byte swizzled layout (rows of 128 bytes, 8-row groups
 // 1024 bytes apart, 1024-byte aligned): start address, leading offset (unused: 16 bytes), stride offset
 // 1024 bytes, swizzle mode 1 (128 bytes)
-__device__ __forceinline__ unsigned long long desc128(const void* p) {
+__device__ __forceinline__ unsigned long long desc128(const void* p, unsigned long long lbo = 16,
+                                                     unsigned long long sbo = 1024) {
   const unsigned long long a = smem_u32(p);
-  return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+  return ((a & 0x3FFFFull) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (1ull << 62);
 }
+// V (B of O += P V, rows of 64 columns: MN-major) in the same layout: which descriptor field holds the
+// stride between 8-row groups along K is a variant (V_LBO, V_SBO)
 
 __device__ __forceinline__ void cp16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" : : "r"(smem_u32(dst)), "l"(src) : "memory");
@@ -64,7 +67,8 @@ __device__ __forceinline__ unsigned pack2(float a, float b) {
   return *reinterpret_cast<unsigned*>(&h);
 }
 
-#define R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+              "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
 // d[64] (+)= A (64 x 16, shared) * B^T (B: 128 x 16, shared, K-major)
 __device__ __forceinline__ void mma_s(float* d, unsigned long long da, unsigned long long db, int accumulate) {
@@ -91,10 +95,12 @@ __device__ __forceinline__ void mma_o(float* d, const unsigned* a, unsigned long
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_fwd_wgmma(const T* __restrict__ q, const T* __restrict__ k,
+extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_fwd_wgmma(const T* __restrict__ q,
+    const T* __restrict__ k,
     const T* __restrict__ v, T* __restrict__ out, float* __restrict__ stats) {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+  unsigned char* smem =
+      reinterpret_cast<unsigned char*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
   unsigned char* sQ = smem;                 // BM rows
   unsigned char* sK = sQ + BM * 128;        // two tiles
   unsigned char* sV = sK + 2 * TILE;        // two tiles
@@ -182,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_fwd_wgmma(const T
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
       for (int x = 0; x < 4; ++x) a[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]);
-    const unsigned long long dv = desc128(cV);
+    const unsigned long long dv = desc128(cV, __V_LBO__ull, __V_SBO__ull);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) mma_o(o, a[kk], dv + kk * 128);  // 16 rows of V: 2048 bytes
@@ -209,21 +215,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_fwd_wgmma(const T
 BN = 128
 
 
-def render(length: int, wgs: int) -> str:
-    return (SOURCE.replace("__WGS__", str(wgs)).replace("__L__", str(length)).replace("__S__", str(length))
-            .replace("__SCALE__", repr(1.0 / math.sqrt(64))))
+VARIANTS = {"sbo": (16, 1024), "lbo": (1024, 16)}  # V's descriptor: (leading, stride) byte offsets
+
+
+def render(length: int, wgs: int, variant: str = "sbo") -> str:
+    lbo, sbo = VARIANTS[variant]
+    return (
+        SOURCE.replace("__WGS__", str(wgs))
+        .replace("__V_LBO__", str(lbo))
+        .replace("__V_SBO__", str(sbo))
+        .replace("__L__", str(length))
+        .replace("__S__", str(length))
+        .replace("__SCALE__", repr(1.0 / math.sqrt(64)))
+    )
 
 
 def smem_bytes(wgs: int) -> int:
     return 64 * wgs * 128 + 4 * BN * 128 + 1024
 
 
-def compile_kernel(length: int, wgs: int):
+def compile_kernel(length: int, wgs: int, variant: str = "sbo"):
     import cupy
 
     from flame.codegen import nvrtc
 
-    cubin = nvrtc.compile_cubin(render(length, wgs), "sm_90a", "flash_fwd_wgmma")
+    cubin = nvrtc.compile_cubin(render(length, wgs, variant), "sm_90a", "flash_fwd_wgmma")
     mod = cupy.cuda.function.Module()
     mod.load(cubin)
     fn = mod.get_function("flash_fwd_wgmma")
@@ -265,9 +281,9 @@ def main(argv: list[str]) -> None:
         lse_ref = torch.logsumexp(s, -1)
     flops = 4 * b * h * length * length * 64 / 2
     rows = []
-    for wgs in wgs_list:
+    for wgs, variant in [(w, x) for w in wgs_list for x in VARIANTS]:
         t0 = time.perf_counter()
-        mod, fn = compile_kernel(length, wgs)
+        mod, fn = compile_kernel(length, wgs, variant)
         compile_s = time.perf_counter() - t0
         out = torch.full_like(q, float("nan"))
         stats = torch.full((b, h, length), float("nan"), device="cuda", dtype=torch.float32)
@@ -275,7 +291,13 @@ def main(argv: list[str]) -> None:
         ptrs = [cupy.uint64(x.data_ptr()) for x in (q, k, v, out, stats)]
 
         def run(fn=fn, grid=grid, ptrs=ptrs, wgs=wgs):
-            fn(grid, (128 * wgs,), ptrs, shared_mem=smem_bytes(wgs), stream=cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream))
+            fn(
+                grid,
+                (128 * wgs,),
+                ptrs,
+                shared_mem=smem_bytes(wgs),
+                stream=cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream),
+            )
 
         run()
         torch.cuda.synchronize()
@@ -283,7 +305,14 @@ def main(argv: list[str]) -> None:
         nan = bool(torch.isnan(out).any())
         lse_err = float((stats - lse_ref).abs().max()) if s is not None else float("nan")
         us = _events(run)
-        rows.append((f"wgmma, {wgs} warpgroups", us, flops / us / 1e6, f"rel err {err:.2e}, lse {lse_err:.1e}, nan {nan}, compile {compile_s:.2f} s"))
+        rows.append(
+            (
+                f"wgmma, {wgs} WG, V {variant}",
+                us,
+                flops / us / 1e6,
+                f"rel err {err:.2e}, lse {lse_err:.1e}, nan {nan}, compile {compile_s:.2f} s",
+            )
+        )
     for name, backend in (("torch cuDNN", SDPBackend.CUDNN_ATTENTION), ("torch flash", SDPBackend.FLASH_ATTENTION)):
         try:
             with sdpa_kernel(backend):
