@@ -43,7 +43,8 @@ from dataclasses import replace
 import numpy as np
 
 from flame.codegen import cuda_c, score_mod
-from flame.codegen.kernel import Kernel, finish, flash_pipeline, header, kernel_fields, render_template
+from flame.codegen.kernel import Kernel, finish, flash_pipeline, flash_wgmma, header, kernel_fields, render_template
+from flame.codegen.nvrtc import ARCH_SPECIFIC
 from flame.ir.dtypes import f32
 from flame.ir.evaluate import constant_value
 from flame.ir.graph import Graph, Op, Value
@@ -212,27 +213,36 @@ def _render(op: Op, kind: str, what: str, fields: dict) -> str:
     )
 
 
-def lower_forward(op: Op, with_stats: bool) -> list[Kernel]:
+WGMMA_GROUPS, WGMMA_BN = 2, 128  # the Hopper forward's warpgroups (64 query rows each) and key tile
+
+
+def lower_forward(op: Op, with_stats: bool, arch: str = "") -> list[Kernel]:
     """The forward kernel of attention op `op`: a forward (with_stats: the statistics go to a second
     output, the joined stats op's buffer, else to the kernel's scratch) or a stats op standing alone (its
-    result is the statistics; the forward's output goes to the scratch)."""
+    result is the statistics; the forward's output goes to the scratch). `arch`: the target's GPU ("sm_90"
+    takes the wgmma form at head dim 64 where FLAME_FLASH_WGMMA asks for it)."""
     fields = _fields(op)
     q = op.inputs[0].type
     mma = q.dtype.name in ("f16", "bf16")
-    kind = "forward_mma" if mma else "forward_plain"
+    wgmma = mma and arch == "sm_90" and fields["D"] == 64 and fields["pipeline"] and flash_wgmma()
+    kind = "forward_wgmma" if wgmma else "forward_mma" if mma else "forward_plain"
     alone = op.name == STATS
     smem, smem_bytes = _forward_shared(fields) if fields["pipeline"] else ({}, 0)
+    block = 128 if mma else 64
+    if wgmma:
+        fields.update(WGS=WGMMA_GROUPS, BN=WGMMA_BN, arch_specific=ARCH_SPECIFIC)
+        smem, smem_bytes, block = {}, (64 * WGMMA_GROUPS + 4 * WGMMA_BN) * 128 + 1024, 128 * WGMMA_GROUPS
     source = _render(
         op,
         kind,
         "flash attention forward (online softmax, the score modification inlined)",
         {**fields, "stats_only": alone, "smem": smem},
     )
-    tiles = -(-fields["L"] // (64 * fields["MT"])) * fields["BH"]
+    tiles = -(-fields["L"] // (64 * fields["MT"])) * fields["BH"]  # (the wgmma form's 2 x 64 rows: MT is 2)
     stem = f"flash_attention_{'stats' if alone else 'fwd'}_{q.dtype.name}_d{fields['D']}"
     rows = fields["BH"] * fields["L"]
     scratch = rows * fields["D"] * q.dtype.itemsize if alone else 0 if with_stats else rows * 4
-    kernel = finish(stem, source, tiles, 128 if mma else 64, len(op.inputs), scratch, 2 if with_stats else 1)
+    kernel = finish(stem, source, tiles, block, len(op.inputs), scratch, 2 if with_stats else 1)
     return [replace(kernel, smem=smem_bytes)]
 
 

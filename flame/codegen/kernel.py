@@ -170,6 +170,16 @@ def balanced_scalars(config: Config = DEFAULT_CONFIG) -> bool:
 FLASH_PIPELINE_ENV = "FLAME_FLASH_PIPELINE"
 
 
+FLASH_WGMMA_ENV = "FLAME_FLASH_WGMMA"
+
+
+def flash_wgmma() -> bool:
+    """$FLAME_FLASH_WGMMA: whether the generated flash-attention forward of f16 / bf16 at head dim 64 takes
+    its Hopper form on an sm_90 target (codegen/flash_attention.py: two warpgroups of 64 query rows on
+    wgmma, key and value tiles of 128 in wgmma's swizzled shared-memory layout); else the mma.sync one."""
+    return env_flag(FLASH_WGMMA_ENV, False)
+
+
 def flash_pipeline() -> bool:
     """$FLAME_FLASH_PIPELINE: whether the generated flash-attention kernels of f16 / bf16
     (codegen/flash_attention.py) take their pipelined form (key and value tiles, query and output-gradient

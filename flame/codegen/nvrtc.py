@@ -279,9 +279,16 @@ def _numbered(source: str) -> str:
     return "\n".join(f"{i + 1:>{width}} | {text}" for i, text in enumerate(lines))
 
 
+# a kernel source holding this line uses Hopper's architecture-specific instructions (wgmma): NVRTC compiles it
+# for sm_90a rather than sm_90 (the plan builder chooses such a kernel only for an sm_90 target)
+ARCH_SPECIFIC = "// flame: architecture-specific instructions (sm_90a)"
+
+
 def _compile(source: str, arch: str, name_hint: str) -> bytes:
     """The cubin of `source`, compiled in a compile process (codegen/nvrtc_pool.py) or, where those are
     off or failed, in this one; FlameError with NVRTC's log and the numbered source when it fails."""
+    if arch == "sm_90" and ARCH_SPECIFIC in source:
+        arch = "sm_90a"
     opts = [f"--gpu-architecture={arch}", *OPTIONS] + [f"-I{d}" for d in include_dirs()]
     name = (name_hint or "kernel") + ".cu"
     answer = nvrtc_pool.run(source, name, opts)

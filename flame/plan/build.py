@@ -421,7 +421,7 @@ def flash_steps(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) -> 
     if op.name == BACKWARD:
         kernels, outs, ops = flash_attention.lower_backward(op), (out,), (op,)
     else:
-        kernels = flash_attention.lower_forward(op, with_stats=stats_op is not None)
+        kernels = flash_attention.lower_forward(op, with_stats=stats_op is not None, arch=bld.target.arch)
         outs = (out,) if stats_op is None else (out, bld.temporary(stats_op.out))
         ops = (op,) if stats_op is None else (op, stats_op)
     bld.launches(kernels, ins, outs, ops, reason=FLASH_REASON, in_place_safe=False)
