@@ -145,3 +145,28 @@ def test_the_pipelined_form_is_the_default_and_a_setting(dim, monkeypatch):
     monkeypatch.setenv(FLASH_PIPELINE_ENV, "maybe")
     with pytest.raises(flame.ArgumentError, match="FLAME_FLASH_PIPELINE"):
         flash_attention.lower_forward(fwd, True)
+
+
+@pytest.mark.parametrize("name", ["causal+document+softcap", "softcap"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_the_hopper_forward_renders_and_compiles_for_sm_90a(name, dtype, monkeypatch):
+    """FLAME_FLASH_WGMMA=1 and an sm_90 target: the head-dim-64 forward (and a stats op alone) is the wgmma
+    form, two warpgroups a block, declaring its architecture-specific instructions (NVRTC compiles it for
+    sm_90a), at odd lengths and L != S; head dim 128, another target or the switch off keep mma.sync."""
+    from flame.codegen.kernel import FLASH_WGMMA_ENV
+    from flame.codegen.nvrtc import ARCH_SPECIFIC
+
+    monkeypatch.setenv(FLASH_WGMMA_ENV, "1")
+    fwd, stats, _ = _ops(MODS[name], dtype, 64, length=77, keys=77 if "causal" in name else 130)
+    kernels = [*flash_attention.lower_forward(fwd, with_stats=True, arch="sm_90"),
+               *flash_attention.lower_forward(stats, with_stats=False, arch="sm_90")]
+    for k in kernels:
+        assert ARCH_SPECIFIC in k.source and "wgmma.mma_async" in k.source and "mma.sync" not in k.source
+        assert k.block == 256 and k.smem > 48 * 1024 and "flame_score_mod(" in k.source
+    _compiles(kernels)
+    (other,) = flash_attention.lower_forward(fwd, with_stats=True, arch="sm_100")
+    assert "wgmma" not in other.source and other.block == 128
+    wide, _, _ = _ops(MODS[name], dtype, 128, length=77, keys=77 if "causal" in name else 130)
+    assert "wgmma" not in flash_attention.lower_forward(wide, with_stats=True, arch="sm_90")[0].source
+    monkeypatch.setenv(FLASH_WGMMA_ENV, "0")
+    assert "wgmma" not in flash_attention.lower_forward(fwd, with_stats=True, arch="sm_90")[0].source
