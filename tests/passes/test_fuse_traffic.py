@@ -171,34 +171,3 @@ def test_cross_entropy_gradient_one_hot_is_computed_in_the_softmax_kernel():
     want.backward()
     assert abs(loss.item() - want.item()) < 1e-4 * abs(want.item())
     np.testing.assert_allclose(grad.float().numpy(), x.grad.numpy(), rtol=2e-2, atol=1e-5)
-
-
-def _amax_and_scaled(w, s):
-    """A parameter's row maxima and, apart from them, the parameter times a scale it does not depend on."""
-    return w.abs().amax(-1), w * s
-
-
-def test_a_parameters_elementwise_kernel_joins_the_rows_kernel_reading_it():
-    """The elementwise kernel over w and the rows kernel reducing w are one kernel (absorb_input_siblings):
-    w is read once; the values are torch's."""
-    rng = np.random.default_rng(0)
-    w, s = rng.standard_normal((64, 256)).astype(np.float32), np.float32(0.5)
-    step, groups = _groups(_amax_and_scaled, w, s)
-    kernels = [g for g in groups if g.kind in (Kind.ELEMENTWISE, Kind.ROWS)]
-    assert len(kernels) == 1 and kernels[0].kind == Kind.ROWS, [(g.kind, [o.name for o in g.ops]) for g in groups]
-    got = [t.float().numpy() for t in step(flame.tensor(w).to(flame.bf16), flame.tensor(s).to(flame.bf16))]
-    tw = torch.tensor(w).bfloat16()
-    want = [t.float().numpy() for t in (tw.abs().amax(-1), tw * torch.tensor(s).bfloat16())]
-    for g, e in zip(got, want):
-        np.testing.assert_array_equal(g, e)
-
-
-def test_input_siblings_keep_their_kernels_without_the_rule(monkeypatch):
-    """Without absorb_input_siblings the two stay apart (what the rule changes)."""
-    from flame.passes import fuse
-
-    monkeypatch.setattr(fuse, "absorb_input_siblings", lambda st: None)
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((64, 256)).astype(np.float32)
-    _, groups = _groups(lambda w, s: _amax_and_scaled(w, s), w, np.float32(0.5))  # a function not compiled yet
-    assert len([g for g in groups if g.kind in (Kind.ELEMENTWISE, Kind.ROWS)]) == 2
