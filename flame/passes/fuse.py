@@ -62,8 +62,8 @@ Rules, in the order they apply:
 - traffic (passes/fuse_traffic.py): a big kernel's costly work on broadcast values (a BatchNorm's
   per-channel rsqrt) runs once per value in a small kernel of its own; a full-size value a kernel
   writes only for other kernels is recomputed in them when that reads fewer bytes (a BatchNorm
-  backward's dy * scale, f32, from the bf16 dy and ReLU output it comes from); a rows kernel's lone
-  elementwise reader joins it (absorb_readers);
+  backward's dy * scale, f32, from the bf16 dy and ReLU output it comes from); an elementwise kernel
+  that alone reads what it reads of a rows kernel joins it (a delayed-scaling FP8 cast, absorb_readers);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
@@ -71,9 +71,8 @@ Rules, in the order they apply:
   element from the one input its region reads, through that piece's map (a select between index
   maps), so a rotary embedding's `cat([-x2, x1])` of halves and a slice's gradient (a pad) join
   their neighbours; not in row kernels;
-- transposed copies (fuse_transposes.py): a permute an FP8 GEMM reads joins the pointwise kernel computing
-  its input, which writes both as one tiled kernel (a cast and its transpose); a parameter's pointwise
-  kernel joins a rows kernel of the same phase reading it (absorb_input_siblings: a delayed-scaling cast);
+- transposed copies (passes/fuse_transposes.py): a permute an FP8 GEMM reads (stored transposed) joins the
+  pointwise kernel computing its input, which writes both as one tiled kernel (a cast and its transpose);
 Not fused: other column reductions (their own tuned kernel), gather/scatter/argmax (opaque).
 
 The groups while they form and the checks every rule shares live in passes/fusion_state.py; the rules
@@ -99,14 +98,7 @@ from flame.passes.fuse_columns import (
     is_bias_grad,
     store_conversions,
 )
-from flame.passes.fuse_traffic import (
-    absorb_input_siblings,
-    absorb_readers,
-    absorb_scalars,
-    hoist_broadcasts,
-    recompute_in,
-    recompute_tails,
-)
+from flame.passes.fuse_traffic import absorb_readers, hoist_broadcasts, recompute_in, recompute_tails
 from flame.passes.fuse_transposes import pair_transposes, writes_transposed
 from flame.passes.fusion_state import (
     Buffers,
@@ -370,6 +362,22 @@ def _recorded_kind(grp: Group) -> Kind:
     if grp.kind == Kind.SCALAR:
         return Kind.ROWS if grp.n_red else Kind.ELEMENTWISE
     return grp.kind
+
+
+def _absorb_scalars(st: State) -> None:
+    """A scalar kernel whose results only one other fusible kernel reads joins that kernel."""
+    for s in [grp for grp in st.groups if grp.kind == Kind.SCALAR]:
+        users = st.succ(s)
+        if len(users) != 1 or any(v in st.outs for v in st.exposed(s.ops)):
+            continue
+        (dst,) = users
+        if dst.kind not in (Kind.ELEMENTWISE, Kind.ROWS):
+            continue
+        ops = st.sorted_ops(s.ops + dst.ops)
+        got = fit(st, ops, dst.kind, dst.domain, dst.n_red)
+        if not isinstance(got, str):
+            merge(st, dst, s)
+            dst.domain, dst.n_red = got
 
 
 def _recompute_conversions(st: State) -> None:
@@ -755,9 +763,8 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
         if op not in st.group_of:
             st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)
     _recompute_conversions(st)
-    absorb_scalars(st)
+    _absorb_scalars(st)
     absorb_readers(st)
-    absorb_input_siblings(st)
     _split_few_rows(st)
     absorb_bias_grads(st)  # before the rows kernels take column sums: a carried column costs a row kernel its vectors
     absorb_columns(st)

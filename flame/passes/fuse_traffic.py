@@ -1,9 +1,7 @@
 """Fusion rules that run after partitioning (passes/fuse.py) and move work between kernels to cut
-what the GPU does per element: a scalar kernel that one kernel alone reads joins it (absorb_scalars);
-broadcast work done once in a small kernel (hoist_broadcasts); full-size values recomputed by their
-readers instead of written and read back (recompute_tails); a rows kernel's lone elementwise reader
-joined to it (absorb_readers), and a parameter's elementwise kernel to a rows kernel reading the same
-parameter (absorb_input_siblings)."""
+what the GPU does per element: broadcast work done once in a small kernel (hoist_broadcasts),
+full-size values recomputed by their readers instead of written and read back (recompute_tails), and a
+rows kernel's lone elementwise reader joined to it (absorb_readers)."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from flame.ir.graph import Kind, Op, RecomputeLoc, Value, is_backward
 from flame.ir.indexmap import is_reduction, is_view
 from flame.ir.registry import get, is_costly
 from flame.ir.symbolic import SymInt
-from flame.passes.fusion_state import Group, State, carried_columns, fit, merge, mixes_phases, one_row_segment
+from flame.passes.fusion_state import Group, State, carried_columns, fit, merge, one_row_segment
 from flame.passes.prepare_fusion import is_free
 
 # the kernel domain from which a costly op per element costs more than a launch of its own: ~30 instructions
@@ -299,47 +297,3 @@ def _views_only(grp: Group) -> bool:
 def _only_pred(st: State, grp: Group) -> Group | None:
     preds = st.pred(grp)
     return next(iter(preds)) if len(preds) == 1 else None
-
-
-def absorb_input_siblings(st: State) -> None:
-    """An elementwise kernel over the whole of a graph input (a parameter) that a rows kernel of the same
-    phase reads over the same domain joins that rows kernel, where neither reaches the other and both fit
-    its row layout: the input is read once. Under delayed FP8 scaling a weight's cast (with its stored
-    scale) so joins the rows kernel taking the weight's amax; the cast is then stored row-major and its
-    transposed copy (the backward GEMM's operand) is a 1-byte transpose of it, instead of a tiled kernel
-    reading the wider weight a second time to write both layouts."""
-    readers: dict[Value, set[Group]] = {}
-    for k in st.groups:
-        if k.kind == Kind.ROWS and _fixed(k):
-            for o in k.ops:
-                for v in o.inputs:
-                    if v.producer is None:
-                        readers.setdefault(v, set()).add(k)
-    for a in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE and _fixed(grp)]:
-        n = math.prod(a.domain)
-        shared = {v for o in a.ops for v in o.inputs if v.producer is None and math.prod(v.shape) == n}
-        for b in sorted({k for v in shared for k in readers.get(v, ())}, key=st.groups.index):
-            if (b not in st.groups or math.prod(b.domain) != n or mixes_phases(a.ops + b.ops)
-                    or st.reaches(a, b) or st.reaches(b, a) or carried_columns(b.ops)):
-                continue
-            got = fit(st, st.sorted_ops(a.ops + b.ops), Kind.ROWS, b.domain, b.n_red)
-            if not isinstance(got, str):
-                merge(st, b, a)
-                b.domain, b.n_red = got
-                break
-
-
-def absorb_scalars(st: State) -> None:
-    """A scalar kernel whose results only one other fusible kernel reads joins that kernel."""
-    for s in [grp for grp in st.groups if grp.kind == Kind.SCALAR]:
-        users = st.succ(s)
-        if len(users) != 1 or any(v in st.outs for v in st.exposed(s.ops)):
-            continue
-        (dst,) = users
-        if dst.kind not in (Kind.ELEMENTWISE, Kind.ROWS):
-            continue
-        ops = st.sorted_ops(s.ops + dst.ops)
-        got = fit(st, ops, dst.kind, dst.domain, dst.n_red)
-        if not isinstance(got, str):
-            merge(st, dst, s)
-            dst.domain, dst.n_red = got
