@@ -30,6 +30,14 @@ loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
   once (the A fragments of dV and dK, and dS^T's 32-bit shared stores), and the head-dim-64 kernel is
   held to 168 registers (3 blocks per multiprocessor: 12 warps instead of 8).
 
+- Hopper form of the forward (FLAME_FLASH_WGMMA=1, codegen.kernel.flash_wgmma; f16 / bf16, head dim 64,
+  an sm_90 target): two warpgroups of 64 query rows a block; Q and the 128-key K and V tiles in wgmma's
+  128-byte swizzled shared-memory layout (cp.async, double-buffered); S = Q K^T on wgmma from shared memory,
+  O += P V with P from registers and V read transposed; the source declares nvrtc.ARCH_SPECIFIC, so NVRTC
+  compiles it for sm_90a. Each warpgroup waits for its products before its softmax and nothing overlaps
+  one warpgroup's softmax with another's products yet: it ran slower than the mma.sync form on an H100
+  (benchmarks/scripts/flash_wgmma.py), so it is off by default.
+
 Kernel ABI (codegen.lower's): the op's inputs in order, then its result(s), then the scratch pointer.
 Forward: q, k, v, *extras, out, stats (stats: the joined stats op's buffer or the scratch); backward:
 q, k, v, out, grad_out, stats, *extras, packed grads, scratch (dQ in f32, then Delta).
