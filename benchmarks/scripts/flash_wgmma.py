@@ -7,7 +7,9 @@ bf16, head dim 64, causal. Each block holds WGS warpgroups of 64 query rows; K a
 stream through shared memory (cp.async, double-buffered) in the 128-byte swizzled layout wgmma reads;
 S = Q K^T takes both operands from shared memory, O += P V takes P from registers (S's accumulators,
 rounded to bf16) and V from shared memory transposed; the online softmax runs in f32 on the
-accumulators (exp2, the scale folded in). No warp specialisation: every thread copies.
+accumulators (exp2, the scale folded in). No warp specialisation: every thread copies. The same form is
+the generated forward under FLAME_FLASH_WGMMA=1 (codegen/flash_attention.py); what it measured on an
+H100: benchmarks/results/2026-12-07-H100-delayed-casts-wgmma/.
 """
 
 from __future__ import annotations
