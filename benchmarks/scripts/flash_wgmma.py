@@ -1,7 +1,7 @@
 """A flash-attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a), checked
-against PyTorch and timed beside PyTorch's SDPA backends and flame's generated forward, one process:
+against PyTorch and timed beside PyTorch's SDPA backends (cuDNN, FlashAttention-2), one process:
 
-    PYTHONPATH=. python3 -m benchmarks.scripts.flash_wgmma [B H T] [--wgs 2,3]
+    PYTHONPATH=. python3 -m benchmarks.scripts.flash_wgmma [B H T] [--wgs=2,3]
 
 bf16, head dim 64, causal. Each block holds WGS warpgroups of 64 query rows; K and V tiles of BN keys
 stream through shared memory (cp.async, double-buffered) in the 128-byte swizzled layout wgmma reads;
@@ -18,7 +18,7 @@ import math
 import sys
 import time
 
-import numpy as np
+from benchmarks.scripts.cudnn_attention_probe import timed
 
 SOURCE = r"""
 #include <cuda_bf16.h>
@@ -249,22 +249,6 @@ def compile_kernel(length: int, wgs: int, variant: str = "sbo"):
     return mod, fn
 
 
-def _events(run, reps: int = 20) -> float:
-    import torch
-
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return float(np.median(times))
-
-
 def main(argv: list[str]) -> None:
     import cupy
     import torch
@@ -306,7 +290,7 @@ def main(argv: list[str]) -> None:
         err = float((out.float() - ref).norm() / ref.norm())
         nan = bool(torch.isnan(out).any())
         lse_err = float((stats - lse_ref).abs().max()) if s is not None else float("nan")
-        us = _events(run)
+        us = timed(run, 20) * 1e3
         rows.append(
             (
                 f"wgmma, {wgs} WG, V {variant}",
@@ -318,7 +302,7 @@ def main(argv: list[str]) -> None:
     for name, backend in (("torch cuDNN", SDPBackend.CUDNN_ATTENTION), ("torch flash", SDPBackend.FLASH_ATTENTION)):
         try:
             with sdpa_kernel(backend):
-                us = _events(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+                us = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 20) * 1e3
             rows.append((name, us, flops / us / 1e6, ""))
         except RuntimeError as e:
             rows.append((name, float("nan"), float("nan"), str(e)[:60]))
