@@ -2,10 +2,12 @@
 10 after 3 warm-up launches): the forward, the backward's prep, main and dQ kernels, and the main
 backward kernel without its dQ products, without its dK / dV products and without both, which says where
 the backward's time goes. Inputs are random (the timing does not depend on their values); the kernels
-are rendered for bf16 [B, H, T, D] as a training step's plan renders them.
+are rendered for bf16 [B, H, T, D] as a training step's plan renders them for this GPU (so
+FLAME_FLASH_WGMMA=1 times the Hopper forward on an H100 or H200).
 
     FLAME_ATTENTION=flash python3 -m benchmarks.scripts.flash_kernels      # B 8, H 16, T 4096, D 64
     T=1024 D=128 python3 -m benchmarks.scripts.flash_kernels
+    FLAME_FLASH_WGMMA=1 python3 -m benchmarks.scripts.flash_kernels
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ CUTS = {  # (first line kept out, first line kept again) of the main backward ke
 }
 
 
-def kernels(b: int, h: int, t: int, d: int):
-    """The forward, prep, main and dQ kernels of causal attention's training step at bf16 [b, h, t, d]."""
+def kernels(b: int, h: int, t: int, d: int, arch: str = ""):
+    """The forward, prep, main and dQ kernels of causal attention's training step at bf16 [b, h, t, d], the
+    forward as planned for `arch` (flash_attention.lower_forward)."""
     qkv = [flame.tensor(np.zeros((b, h, t, d), np.float32)).to("bf16") for _ in range(3)]
 
     def loss(q, k, v):
@@ -35,7 +38,8 @@ def kernels(b: int, h: int, t: int, d: int):
 
     g = flame.compile(flame.value_and_grad(loss, (0, 1, 2))).optimized(*qkv)
     ops = {op.name: op for op in g.ops}
-    return (flash_attention.lower_forward(ops[FORWARD], True)[0], *flash_attention.lower_backward(ops[BACKWARD]))
+    forward = flash_attention.lower_forward(ops[FORWARD], True, arch=arch)[0]
+    return (forward, *flash_attention.lower_backward(ops[BACKWARD]))
 
 
 def without(source: str, *parts: str) -> str:
@@ -50,8 +54,8 @@ def main() -> None:
     import cupy as cp
 
     b, h, t, d = 8, 16, int(os.environ.get("T", "4096")), int(os.environ.get("D", "64"))
-    fwd, prep, main_, dq = kernels(b, h, t, d)
     arch = device_arch()
+    fwd, prep, main_, dq = kernels(b, h, t, d, arch)
 
     def bf16(n):
         return (cp.random.standard_normal(n, dtype=cp.float32).view(cp.uint32) >> 16).astype(cp.uint16)

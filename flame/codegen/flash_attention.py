@@ -36,7 +36,7 @@ loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
   O += P V with P from registers and V read transposed; the source declares nvrtc.ARCH_SPECIFIC, so NVRTC
   compiles it for sm_90a. Each warpgroup waits for its products before its softmax and nothing overlaps
   one warpgroup's softmax with another's products yet: it ran slower than the mma.sync form on an H100
-  (benchmarks/scripts/flash_wgmma.py), so it is off by default.
+  (benchmarks/results/2026-12-07-H100-delayed-casts-wgmma/), so it is off by default.
 
 Kernel ABI (codegen.lower's): the op's inputs in order, then its result(s), then the scratch pointer.
 Forward: q, k, v, *extras, out, stats (stats: the joined stats op's buffer or the scratch); backward:
