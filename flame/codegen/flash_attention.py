@@ -224,6 +224,12 @@ def _render(op: Op, kind: str, what: str, fields: dict) -> str:
 WGMMA_GROUPS, WGMMA_BN = 2, 128  # the Hopper forward's warpgroups (64 query rows each) and key tile
 
 
+def _wgmma_shared_bytes() -> int:
+    """The Hopper forward's dynamic shared memory: the query tile and two key and two value tiles, rows of
+    128 bytes (head dim 64), and 1024 bytes to align the first tile as the swizzled layout needs."""
+    return (64 * WGMMA_GROUPS + 4 * WGMMA_BN) * 128 + 1024
+
+
 def lower_forward(op: Op, with_stats: bool, arch: str = "") -> list[Kernel]:
     """The forward kernel of attention op `op`: a forward (with_stats: the statistics go to a second
     output, the joined stats op's buffer, else to the kernel's scratch) or a stats op standing alone (its
@@ -235,18 +241,19 @@ def lower_forward(op: Op, with_stats: bool, arch: str = "") -> list[Kernel]:
     wgmma = mma and arch == "sm_90" and fields["D"] == 64 and fields["pipeline"] and flash_wgmma()
     kind = "forward_wgmma" if wgmma else "forward_mma" if mma else "forward_plain"
     alone = op.name == STATS
-    smem, smem_bytes = _forward_shared(fields) if fields["pipeline"] else ({}, 0)
-    block = 128 if mma else 64
     if wgmma:
         fields.update(WGS=WGMMA_GROUPS, BN=WGMMA_BN, arch_specific=ARCH_SPECIFIC)
-        smem, smem_bytes, block = {}, (64 * WGMMA_GROUPS + 4 * WGMMA_BN) * 128 + 1024, 128 * WGMMA_GROUPS
+        smem, smem_bytes, block, block_rows = {}, _wgmma_shared_bytes(), 128 * WGMMA_GROUPS, 64 * WGMMA_GROUPS
+    else:
+        smem, smem_bytes = _forward_shared(fields) if fields["pipeline"] else ({}, 0)
+        block, block_rows = 128 if mma else 64, 64 * fields["MT"]
     source = _render(
         op,
         kind,
         "flash attention forward (online softmax, the score modification inlined)",
         {**fields, "stats_only": alone, "smem": smem},
     )
-    tiles = -(-fields["L"] // (64 * fields["MT"])) * fields["BH"]  # (the wgmma form's 2 x 64 rows: MT is 2)
+    tiles = -(-fields["L"] // block_rows) * fields["BH"]
     stem = f"flash_attention_{'stats' if alone else 'fwd'}_{q.dtype.name}_d{fields['D']}"
     rows = fields["BH"] * fields["L"]
     scratch = rows * fields["D"] * q.dtype.itemsize if alone else 0 if with_stats else rows * 4

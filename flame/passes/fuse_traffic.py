@@ -281,12 +281,12 @@ def absorb_readers(st: State) -> None:
         read = {v for op in mine for v in op.inputs if st.group_of.get(v.producer) is p}
         if any(v in st.outs or any(u not in mine and st.group_of.get(u) is not p for u in st.users[v]) for v in read):
             continue
-        if st.reaches_any([k for k in st.succ(p) if k is not chain[-1]], (c,)):
-            continue
+        # (no third kernel lies between p and c: every kernel of the chain reads p or the next one alone)
         got = fit(st, st.sorted_ops(p.ops + list(mine)), Kind.ROWS, p.domain, p.n_red)
         if not isinstance(got, str):
             for k in reversed(chain):
-                merge(st, p, k)
+                merge(st, p, k, in_order=False)
+            p.ops = st.sorted_ops(p.ops)
             p.domain, p.n_red = got
 
 
