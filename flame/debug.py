@@ -26,6 +26,21 @@ class CompileRecord:
     plan: object = None
     inputs: list | None = None  # NumPy copies of the first call's input arrays (only while observed)
     plan_seconds: float = 0.0  # building the plan + memory planning
+    # the inputs a further call with the latest call's arguments would read (NumPy copies, made when
+    # asked; only while observed): the state the calls left (optimizer moments, FP8 scales), which a
+    # profile times kernels on; None until a call ran
+    next_inputs: Callable[[], list] | None = None
+
+    def steady_inputs(self) -> tuple[list | None, str]:
+        """What a profile runs the plan on, and how to say which: the inputs a further call would read,
+        or the first call's where the latest arguments no longer give them (a .grad the plan reads
+        was cleared after the calls)."""
+        if self.next_inputs is not None:
+            try:
+                return self.next_inputs(), "the state the calls left"
+            except (AttributeError, TypeError, ValueError):
+                pass
+        return self.inputs, "the first call's inputs"
 
 
 def observing() -> bool:

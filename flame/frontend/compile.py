@@ -713,8 +713,10 @@ class Compiled:
         tensors' arrays are those it checked)."""
         ex = executor()
         arrays = entry.replay.inputs(args, ex, checked)
-        if entry.record is not None and entry.record.inputs is None:
-            entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
+        if entry.record is not None:
+            if entry.record.inputs is None:
+                entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
+            entry.record.next_inputs = lambda: [np.array(ex.to_numpy(a)) for a in entry.replay.inputs(args, ex)]
         inputs = _call_inputs(entry, args, arrays) if entry.needs and compiled_outputs.recording() else None
         if anomaly.MODE[0]:  # anomaly detection: the gradient computation's steps watched
             with anomaly.watching(entry.plan):

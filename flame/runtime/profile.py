@@ -91,7 +91,10 @@ def _rate(plan: Plan, unit: Unit, ms: float) -> str:
     return _RATES.get(type(unit.steps[0]), _bandwidth)(plan, unit, ms)
 
 
-def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: float) -> str:
+def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: float,
+                 on: str = "the given inputs") -> str:
+    """Each kernel and library call of `plan` alone on the GPU, on the values a run on `inputs` gives
+    it (`on` says what those inputs are), sorted by time."""
     import cupy
 
     runner = GpuUnitRunner(plan, evaluate_graph(plan.graph, inputs))
@@ -110,7 +113,7 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
     side = sum(ms for ms, unit, _ in rows if getattr(unit.steps[0], "side", False))
     overlapped = f", {side * 1e3:.1f} us of it on the side stream beside other kernels" if side else ""
     lines = [f"== {plan.name}: {len(rows)} kernels, {total * 1e3:.1f} us of GPU time per step{overlapped} "
-             f"(copy bandwidth {peak_gbs:.0f} GB/s; each kernel alone, timed by {' and '.join(sorted(how))}) =="]
+             f"(copy bandwidth {peak_gbs:.0f} GB/s; each kernel alone, timed by {' and '.join(sorted(how))}, on {on}) =="]
     for ms, unit, rate in sorted(rows, key=lambda r: -r[0]):
         pct = ""
         if rate.endswith("GB/s"):
@@ -123,11 +126,15 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
 
 
 def profile_records(titled, repeat: int = 20) -> str:
-    """Profile every compiled function a script ran (on its first call's inputs); titled: (title,
-    debug record) pairs."""
+    """Profile every compiled function a script ran, on the inputs a further call would read (the
+    state the script's calls left: a step's first call, with its optimizer moments and FP8 scales
+    still unset, is not what training runs); titled: (title, debug record) pairs."""
     peak = copy_bandwidth_gbs()
-    out = [profile_plan(r.plan, r.inputs, repeat, peak).replace(f"== {r.plan.name}:", f"== {title}:", 1)
-           for title, r in titled if r.inputs is not None]
+    out = []
+    for title, r in titled:
+        if r.inputs is not None:
+            inputs, on = r.steady_inputs()
+            out.append(profile_plan(r.plan, inputs, repeat, peak, on).replace(f"== {r.plan.name}:", f"== {title}:", 1))
     return "\n".join(out) if out else "nothing to profile: the compiled functions were never called"
 
 
@@ -149,7 +156,7 @@ def reference_step_seconds(plan: Plan, inputs: list[np.ndarray], repeat: int) ->
     return [float(np.median(t[1:])) for t in per_step], float(np.median(whole[1:]))
 
 
-def profile_plan_reference(title: str, plan: Plan, inputs: list[np.ndarray], repeat: int) -> str:
+def profile_plan_reference(title: str, plan: Plan, inputs: list[np.ndarray], on: str, repeat: int) -> str:
     """The reference executor's wall time per unit of work (a kernel's parts and the views before
     it count to the kernel), sorted, with the whole step's median."""
     secs, whole = reference_step_seconds(plan, inputs, repeat)
@@ -164,7 +171,7 @@ def profile_plan_reference(title: str, plan: Plan, inputs: list[np.ndarray], rep
             rows[u.index] = rows.get(u.index, 0.0) + t
     by_index = {u.index: u for u in units(plan)}
     lines = [f"== {title}: reference executor, wall time, not GPU time: {whole * 1e3:.3f} ms per call "
-             f"(median of {repeat}), {len(rows)} kernels and library calls run by NumPy =="]
+             f"(median of {repeat}, on {on}), {len(rows)} kernels and library calls run by NumPy =="]
     total = sum(rows.values()) + other or 1.0
     for idx, t in sorted(rows.items(), key=lambda kv: -kv[1]):
         u = by_index[idx]
@@ -177,8 +184,9 @@ def profile_plan_reference(title: str, plan: Plan, inputs: list[np.ndarray], rep
 
 def profile_records_reference(titled, repeat: int = 20) -> str:
     """Without a GPU: every compiled function a script ran, step by step on the reference executor
-    (on its first call's inputs); titled: (title, debug record) pairs."""
-    out = [profile_plan_reference(title, r.plan, r.inputs, repeat) for title, r in titled if r.inputs is not None]
+    (on the inputs a further call would read, as profile_records); titled: (title, debug record) pairs."""
+    out = [profile_plan_reference(title, r.plan, *r.steady_inputs(), repeat) for title, r in titled
+           if r.inputs is not None]
     if not out:
         return "nothing to profile: the compiled functions were never called"
     return ("no GPU in use: timing the NumPy reference executor instead (wall time of each step on the CPU; "

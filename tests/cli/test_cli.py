@@ -172,3 +172,53 @@ def test_function_flag_picks_one_function_or_names_them():
     assert r.returncode == 0 and r.stdout.count("== train_step (trace") == 1
     r = run_cli("explain", SCRIPT, "--function", "nope")
     assert r.returncode == 1 and "no compiled function named 'nope'; the script compiled: train_step" in r.stderr
+
+
+def test_profile_runs_on_the_state_the_calls_left(monkeypatch):
+    """A training step's first call starts from unset optimizer moments (and, under delayed FP8
+    scaling, empty amax histories): the profile times the plan on what a further call would read."""
+    import numpy as np
+
+    import flame
+    from flame import debug
+    from flame.runtime import profile
+
+    seen = []
+    monkeypatch.setattr(profile, "profile_plan_reference",
+                        lambda title, plan, inputs, on, repeat: seen.append((inputs, on)) or "")
+    w = flame.nn.Parameter(flame.tensor(np.ones(4, np.float32)))
+    opt = flame.optim.Adam([w], lr=0.5)
+
+    @flame.compile
+    def step(x):
+        loss = (w * x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    records = []
+    x = flame.tensor(np.arange(4, dtype=np.float32))
+    with debug.observe(records.append):
+        for _ in range(3):
+            step(x)
+    (record,) = records
+    profile.profile_records_reference(debug.titled(records), repeat=1)
+    (inputs, on), = seen
+    assert on == "the state the calls left"
+    first = {a.tobytes() for a in record.inputs}
+    assert w.numpy().tobytes() in {a.tobytes() for a in inputs}  # the weight after the third step
+    assert w.numpy().tobytes() not in first and np.ones(4, np.float32).tobytes() in first
+    moments = [a for a in inputs if a.shape == (4,) and a.tobytes() not in first]
+    assert len(moments) >= 3  # the weight and its two moments have moved on from the first call's
+
+
+def test_profile_falls_back_to_the_first_inputs_and_says_so():
+    import numpy as np
+
+    from flame import debug
+
+    r = debug.CompileRecord("f", inputs=[np.zeros(2)])
+    r.next_inputs = lambda: None.missing  # a .grad the plan reads, cleared after the calls
+    inputs, on = r.steady_inputs()
+    assert on == "the first call's inputs" and inputs is r.inputs
