@@ -505,10 +505,8 @@ class TensorMath:
             flat = self.reshape(-1)
             if not flat.shape[0]:
                 return full((), float("nan"), self.dtype)  # torch: the median of nothing is NaN
-            v = flat.nanmedian(0).values
-            tie = (flat == v.detach()) | (flat.isnan() & v.detach().isnan())  # torch's: NaN shares with NaN
-            share = where(tie, flat, 0.0).sum() / tie.sum().to(self.dtype).clamp(min=1)
-            return v.detach() + (share - share.detach())
+            # the gradient shared evenly by the elements equal to it (NaN with NaN), its value as it is (±inf too)
+            return opmath.evenly_distributed(flat, flat.nanmedian(0).values.detach())
         axis = dim_index("nanmedian", dim, self.ndim)
         if not self.ndim:
             return MedianResult(self.clone(), full((), 0, i64))  # a new tensor, as torch's

@@ -50,3 +50,20 @@ def test_nanmedian_of_nothing_is_nan():
     for shape in ((0,), (0, 3)):
         assert np.isnan(flame.zeros(shape).nanmedian().item()) and np.isnan(torch.zeros(shape).nanmedian().item())
         assert flame.zeros(shape).nanmedian().dtype == flame.float32
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("x", [np.full(4, -np.inf), np.array([np.inf, np.nan, np.inf, 1.0]),
+                               np.array([-np.inf, -np.inf, np.inf, np.inf])])
+def test_nanmedian_of_everything_at_an_infinity(x, compiled):
+    """An infinite median is that infinity (not NaN), its gradient shared by the elements equal to it."""
+    t = torch.tensor(x, requires_grad=True)
+    want = t.nanmedian()
+    want.backward()
+
+    def run(f):
+        return f.nanmedian(), flame.grad(lambda y: y.nanmedian())(f)
+
+    got, grad = (flame.compile(run) if compiled else run)(flame.tensor(x))
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(grad.numpy(), t.grad.numpy())
