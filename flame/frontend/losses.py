@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import ArgumentRangeError, IndexValueError, ShapeError, TraceError
+from flame.errors import ArgumentRangeError, DTypeError, IndexValueError, ShapeError, TraceError
 from flame.frontend import opmath
 from flame.frontend.autocast import is_autocast_enabled, policy
 from flame.frontend.context import user_location
@@ -25,7 +25,7 @@ from flame.frontend.functional import no_legacy_reduction as _no_legacy
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
 from flame.frontend.views import new_tensor
-from flame.ir.dtypes import i64
+from flame.ir.dtypes import i64, u8
 
 __all__ = [
     "binary_cross_entropy",
@@ -76,6 +76,20 @@ def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:  # noqa: A002
     return (tensor.unsqueeze(-1) == arange(num_classes, dtype=tensor.dtype)).to(i64)
 
 
+def class_index_dtypes(name: str, input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                       byte: bool = False) -> None:
+    """PyTorch's dtype checks of a loss over integer class indices: the target int64 (or uint8 where
+    `byte`: nll_loss and cross_entropy of [C] or [N, C] input) and the class weights in input's dtype;
+    a DTypeError in PyTorch's words otherwise (it converts neither)."""
+    if not (target.dtype == i64 or byte and target.dtype == u8):
+        wanted = "Long or Byte" if byte else "Long"
+        raise DTypeError(f"{name}: expected target dtype to be {wanted}, but got {target.dtype} (as in PyTorch; "
+                         f"target.long())\n  at {user_location()}")
+    if weight is not None and weight.dtype != input.dtype:
+        raise DTypeError(f"{name}: expected scalar type {input.dtype} but found {weight.dtype} for weight (as in "
+                         f"PyTorch; weight.to(input.dtype))\n  at {user_location()}")
+
+
 def _check_targets(name: str, target: Tensor, n_classes: int, ignore_index: int) -> None:
     if target._value is not None or not target.numel():
         return
@@ -112,6 +126,7 @@ def nll_loss(
             f"nll_loss: input {list(input.shape)} needs target {list(want)}, got {list(target.shape)}"
             f"\n  at {user_location()}"
         )
+    class_index_dtypes("nll_loss", input, target, weight, byte=input.ndim <= 2)
     no_weight_grad("nll_loss2d_forward" if input.ndim > 2 else "nll_loss_forward", weight)
     n_classes = input.shape[1] if batched else input.shape[0]
     if weight is not None and weight.numel() != n_classes:  # PyTorch's check and words
@@ -168,6 +183,8 @@ def cross_entropy(
     if target.dtype.is_float and ignore_index is not None and ignore_index >= 0:
         raise ArgumentRangeError(f"ignore_index is not supported for floating point target (ignore_index="
                                  f"{ignore_index}; PyTorch accepts only a negative one there)\n  at {user_location()}")
+    if not target.dtype.is_float:
+        class_index_dtypes("cross_entropy", input, target, weight, byte=input.ndim <= 2)
     if weight is None and input.ndim == 2 and not target.dtype.is_float:
         return cross_entropy_labels(input, target, reduction, label_smoothing, ignore_index)
     cdim = 1 if input.ndim >= 2 else 0

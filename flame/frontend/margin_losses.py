@@ -17,7 +17,7 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, rand_like
 from flame.frontend.functional import _loss_reduce, no_legacy_reduction, no_weight_grad, softmax
-from flame.frontend.losses import _where, one_hot
+from flame.frontend.losses import _where, class_index_dtypes, one_hot
 from flame.frontend.tensor import Tensor
 
 __all__ = ["cosine_embedding_loss", "gaussian_nll_loss", "gumbel_softmax", "hinge_embedding_loss",
@@ -139,6 +139,7 @@ def multilabel_margin_loss(input: Tensor, target: Tensor, size_average=None, red
         raise ShapeError(f"multilabel_margin_loss: expected input [N, C] and an integer target of its shape (or [C] "
                          f"and [C]), got {list(input.shape)} and {target.dtype}{list(target.shape)}"
                          f"\n  at {user_location()}")
+    class_index_dtypes("multilabel_margin_loss", input, target)
     n_classes = input.shape[-1]
     _check_multilabel(target, n_classes)
     positions = arange(n_classes)
@@ -173,6 +174,7 @@ def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float =
     if input.ndim not in (1, 2) or tuple(target.shape) != tuple(input.shape[:-1]) or target.dtype.is_float:
         raise ShapeError(f"multi_margin_loss: expected input [N, C] and integer target [N] (or [C] and []), got "
                          f"{list(input.shape)} and {target.dtype}{list(target.shape)}\n  at {user_location()}")
+    class_index_dtypes("multi_margin_loss", input, target, weight)
     no_weight_grad("multi_margin_loss", weight)
     n_classes = input.shape[-1]
     hot = one_hot(target, n_classes).to(input.dtype)

@@ -1,7 +1,8 @@
 """Loss arguments at the edges of what torch accepts: a negative label_smoothing is no smoothing (values and
 gradients against torch in f64, eager and compiled); label_smoothing above 1, ignore_index with class
 probabilities, a negative smooth_l1 beta, a huber delta that is not positive and an nll_loss weight of
-the wrong length raise torch's RuntimeError at the user's line."""
+the wrong length raise torch's RuntimeError at the user's line; class indices that are not int64 (uint8
+where torch takes it) and class weights of another dtype than the input's raise, eager and compiled."""
 
 from __future__ import annotations
 
@@ -54,3 +55,46 @@ def test_torch_refuses_and_so_does_flame(name):
         REFUSED[name](flame)
     words = str(theirs.value).split(".")[0].split(":")[0]
     assert words in str(mine.value), (str(theirs.value), str(mine.value))
+
+
+def _labels(L, dtype):
+    return L.tensor(LABELS.astype(dtype))
+
+
+WRONG_DTYPES = {  # torch converts neither class indices nor class weights: it raises
+    "int32 labels": lambda L, x: L.nn.functional.cross_entropy(x, _labels(L, np.int32)),
+    "int8 labels, weighted": lambda L, x: L.nn.functional.cross_entropy(x, _labels(L, np.int8),
+                                                                        weight=L.tensor(W).to(x.dtype)),
+    "uint8 labels, 3-d input": lambda L, x: L.nn.functional.cross_entropy(x.reshape(4, 3, 1),
+                                                                          _labels(L, np.uint8).reshape(4, 1)),
+    "nll int32 labels": lambda L, x: L.nn.functional.nll_loss(x, _labels(L, np.int32)),
+    "f64 weight, f32 input": lambda L, x: L.nn.functional.cross_entropy(x, _labels(L, np.int64), weight=L.tensor(W)),
+    "f64 weight, smoothed": lambda L, x: L.nn.functional.cross_entropy(x, _labels(L, np.int64), weight=L.tensor(W),
+                                                                       label_smoothing=0.1),
+    "nll f64 weight": lambda L, x: L.nn.functional.nll_loss(x, _labels(L, np.int64), weight=L.tensor(W)),
+    "multi_margin int32": lambda L, x: L.nn.functional.multi_margin_loss(x, _labels(L, np.int32)),
+    "multi_margin uint8": lambda L, x: L.nn.functional.multi_margin_loss(x, _labels(L, np.uint8)),
+    "multi_margin f64 weight": lambda L, x: L.nn.functional.multi_margin_loss(x, _labels(L, np.int64),
+                                                                              weight=L.tensor(W)),
+    "multilabel_margin int32": lambda L, x: L.nn.functional.multilabel_margin_loss(
+        x, L.tensor(np.array([[2, -1, 0]] * 4, np.int32))),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name", list(WRONG_DTYPES))
+def test_wrong_index_or_weight_dtypes_raise(name, compiled):
+    x32 = X.astype(np.float32)
+    with pytest.raises(RuntimeError, match="expected"):
+        WRONG_DTYPES[name](torch, torch.tensor(x32))
+    fn = flame.compile(WRONG_DTYPES[name]) if compiled else WRONG_DTYPES[name]
+    with pytest.raises(flame.DTypeError, match=r"expected (.|\n)*test_loss_arguments"):
+        fn(flame, flame.tensor(x32))
+
+
+@pytest.mark.parametrize("fn", ["cross_entropy", "nll_loss"])
+def test_uint8_labels_are_class_indices(fn):
+    """uint8 labels of [N, C] input count as int64 ones, as torch's."""
+    want = getattr(torch.nn.functional, fn)(torch.tensor(X), torch.tensor(LABELS.astype(np.uint8)))
+    got = getattr(flame.nn.functional, fn)(flame.tensor(X), flame.tensor(LABELS.astype(np.uint8)))
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-12)
