@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from flame.errors import ArgumentError, ArgumentRangeError, IndexValueError, ShapeError
+from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, IndexValueError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, default_generator, ones, zeros
@@ -345,6 +345,9 @@ def kl_div(
     (target - input) with log_target. reduction "batchmean" divides the sum by the batch size (the
     mathematically right KL); "mean" averages over every element, with PyTorch's warning."""
     no_legacy_reduction("kl_div", size_average, reduce)
+    if not (input.dtype.is_float and target.dtype.is_float):  # torch's words: it computes in neither
+        raise DTypeError(f"kl_div: Integral inputs not supported (got {input.dtype} and {target.dtype}, as in "
+                         f"PyTorch; .float() them)\n  at {user_location()}")
     if log_target:
         point = target.exp() * (target - input)
     else:

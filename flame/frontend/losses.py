@@ -255,6 +255,9 @@ def binary_cross_entropy(
     if is_autocast_enabled():
         raise RuntimeError(_BCE_UNSAFE + f"\n  at {user_location()}")
     _same_shape("binary_cross_entropy", input, target)
+    if target.dtype != input.dtype:  # torch's kernel converts neither (long labels included)
+        raise DTypeError(f"binary_cross_entropy: Found dtype {target.dtype} but expected {input.dtype} for the target "
+                         f"(as in PyTorch; target.to(input.dtype))\n  at {user_location()}")
     for name, t in (("input", input), ("target", target)):  # torch's kernel checks both (NaN fails too)
         if t._value is None and t.numel():
             x = t.numpy()
@@ -301,6 +304,10 @@ def binary_cross_entropy_with_logits(
     (1 - t) x + w_pos (log(exp(-m) + exp(-x - m)) + m) with m = max(-x, 0), exact gradient everywhere)."""
     _no_legacy("binary_cross_entropy_with_logits", size_average, reduce)
     _same_shape("binary_cross_entropy_with_logits", input, target)
+    for name, t in (("input", input), ("target", target)):  # torch computes in them: integer ones raise
+        if not t.dtype.is_float:
+            raise DTypeError(f"binary_cross_entropy_with_logits: the {name} must be a floating tensor, got {t.dtype} "
+                             f"(PyTorch raises too; {name}.float())\n  at {user_location()}")
     m = (-input).clamp(min=0.0).detach()  # a shift the value does not depend on (nor its gradient)
     softplus_neg = ((-m).exp() + (-input - m).exp()).log() + m  # log(1 + exp(-x))
     scaled = softplus_neg * ((pos_weight - 1) * target + 1) if pos_weight is not None else softplus_neg

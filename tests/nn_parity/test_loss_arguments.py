@@ -2,7 +2,8 @@
 gradients against torch in f64, eager and compiled); label_smoothing above 1, ignore_index with class
 probabilities, a negative smooth_l1 beta, a huber delta that is not positive and an nll_loss weight of
 the wrong length raise torch's RuntimeError at the user's line; class indices that are not int64 (uint8
-where torch takes it) and class weights of another dtype than the input's raise, eager and compiled."""
+where torch takes it), class weights of another dtype than the input's, a binary_cross_entropy target of
+another dtype and integer operands of binary_cross_entropy_with_logits or kl_div raise, eager and compiled."""
 
 from __future__ import annotations
 
@@ -78,6 +79,12 @@ WRONG_DTYPES = {  # torch converts neither class indices nor class weights: it r
                                                                               weight=L.tensor(W)),
     "multilabel_margin int32": lambda L, x: L.nn.functional.multilabel_margin_loss(
         x, L.tensor(np.array([[2, -1, 0]] * 4, np.int32))),
+    "bce int64 target": lambda L, x: L.nn.functional.binary_cross_entropy(x.sigmoid(), (x > 0).long()),
+    "bce f64 target, f32 input": lambda L, x: L.nn.functional.binary_cross_entropy(x.sigmoid(), x.sigmoid().double()),
+    "bce with logits int64 target": lambda L, x: L.nn.functional.binary_cross_entropy_with_logits(x, (x > 0).long()),
+    "bce with logits bool target": lambda L, x: L.nn.functional.binary_cross_entropy_with_logits(x, x > 0),
+    "kl_div int64 target": lambda L, x: L.nn.functional.kl_div(x, (x > 0).long(), reduction="batchmean"),
+    "kl_div int64 input": lambda L, x: L.nn.functional.kl_div((x > 0).long(), x, reduction="batchmean"),
 }
 
 
@@ -85,10 +92,10 @@ WRONG_DTYPES = {  # torch converts neither class indices nor class weights: it r
 @pytest.mark.parametrize("name", list(WRONG_DTYPES))
 def test_wrong_index_or_weight_dtypes_raise(name, compiled):
     x32 = X.astype(np.float32)
-    with pytest.raises(RuntimeError, match="expected"):
+    with pytest.raises(RuntimeError):
         WRONG_DTYPES[name](torch, torch.tensor(x32))
     fn = flame.compile(WRONG_DTYPES[name]) if compiled else WRONG_DTYPES[name]
-    with pytest.raises(flame.DTypeError, match=r"expected (.|\n)*test_loss_arguments"):
+    with pytest.raises(flame.DTypeError, match=r"(.|\n)*test_loss_arguments"):
         fn(flame, flame.tensor(x32))
 
 
