@@ -104,6 +104,8 @@ def _alpha_end(log_probs: Tensor, targets: Tensor, il: Tensor, tl: Tensor, blank
     ninf = full((batch, 1), _NEG_INF, dtype=log_probs.dtype)
     alpha = where(s < 2, emit[0], _NEG_INF)
     alpha = where((s == 1) & (tl.unsqueeze(1) == 0), _NEG_INF, alpha)
+    none = il.unsqueeze(1) == 0  # no time step: only the empty path, before any label, with probability 1
+    alpha = where(none & (s == 0), 0.0, where(none, _NEG_INF, alpha))
     for t in range(1, steps):
         a1 = cat([ninf, alpha[:, :-1]], 1)
         a2 = where(skip, cat([ninf, ninf, alpha[:, :-2]], 1), _NEG_INF)

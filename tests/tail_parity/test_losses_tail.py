@@ -233,6 +233,18 @@ def test_ctc_loss_int_lengths(layout, compiled):
     )
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_zero_input_length(reduction, zero_infinity, compiled):
+    """A sample with no time steps: the empty target has probability 1 (loss 0), another none (inf, or 0
+    with zero_infinity), and neither takes a gradient; the other samples as usual."""
+    targets = np.array([[1, 2], [1, 0], [3, 3]])
+    fn = lambda L, x, y, il, tl: F(L).ctc_loss(F(L).log_softmax(x, -1), y, il, tl, reduction=reduction,
+                                              zero_infinity=zero_infinity)
+    check_fn(fn, [CTC_LOGP[:, :3], Fixed(targets), Fixed(np.array([0, 0, 6])), Fixed(np.array([1, 0, 2]))], compiled)
+
+
 def test_ctc_loss_errors():
     lp = np.log(np.full((4, 2, 3), 1 / 3))
     raises_like(
