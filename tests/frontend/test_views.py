@@ -714,6 +714,36 @@ def test_a_write_through_diagonal_reaches_the_matrix_as_in_torch(compiled):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_the_diagonal_of_a_transposed_plane_is_a_view_as_in_torch(compiled):
+    """x.t().diagonal(k) and diagonal(dim1 > dim2) are torch's views: a write through one reaches x, and a
+    diagonal flame can only copy (a plane with a dim between its two) refuses a write instead of losing it."""
+    def body(m, x, w):
+        y = x * 1
+        y.t().diagonal(-1).mul_(w)
+        y.diagonal(1, 1, 0).fill_(-1.0)
+        y.t().diagonal().add_(2.0)
+        loss = (y * y).sum()
+        loss.backward()
+        return y * 1
+
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((4, 4)), rng.standard_normal(3)
+    got_x, got_w = (flame.tensor(v, dtype=flame.float32, requires_grad=True) for v in (a, b))
+    want_x, want_w = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    run = flame.compile(lambda x, w: body(flame, x, w)) if compiled else (lambda x, w: body(flame, x, w))
+    np.testing.assert_allclose(run(got_x, got_w).numpy(), body(torch, want_x, want_w).detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got_x.grad.numpy(), want_x.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_w.grad.numpy(), want_w.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+    def copied(x):
+        x.diagonal(0, 0, 2).fill_(-1.0)
+        return x * 1
+
+    with pytest.raises(flame.ViewError, match="diagonal"):
+        (flame.compile(copied) if compiled else copied)(flame.zeros(2, 3, 4))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_a_view_taken_before_a_write_is_read_as_it_is_after_it(compiled):
     """A view is copied from, returned and differentiated with the values its base holds when it is used."""
     def body(m, x):
