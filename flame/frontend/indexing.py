@@ -277,6 +277,8 @@ def setitem(t, key, value) -> None:
         return
     if not fill and overlap_status(t, value) != "no":
         _check_shared_value(t, key, keys, _without_leading_ones(value))
+    if not fill:
+        check_index_put_dtype("x[key] = value", t, keys, value)
     value = value if isinstance(value, Tensor) else _scalar_like(value, t)
     if value.dtype != t.dtype:
         value = value.to(t.dtype)
@@ -310,6 +312,31 @@ def _check_shared_value(t, key, keys: tuple, value) -> None:
     dst = getitem(t, key)
     if dst.numel() == value.numel():
         check_overlap(dst, (value,), "x[key] = value")
+
+
+def check_index_put_dtype(what: str, t, keys: tuple, value, accumulate: bool = False) -> None:
+    """torch's refusal of a value tensor of another dtype than t's in a write at index tensors (x[idx] = v,
+    index_put_), but where torch's write is masked_fill_ (one element written at a single bool mask of one
+    dim or more), which converts it. A 0-d integer tensor selects as an int does: no index tensor."""
+    if not isinstance(value, Tensor) or value.dtype == t.dtype:
+        return
+    masks = [_is_mask(k) for k in keys if isinstance(k, (list, np.ndarray, Tensor)) and not _is_int0d(k)]
+    if not masks or not accumulate and value.numel() == 1 and masks == [True]:
+        return
+    raise DTypeError(f"{what}: Index put requires the source and destination dtypes match, got {t.dtype} for the "
+                     f"destination and {value.dtype} for the source (as in PyTorch)\n  at {user_location()}")
+
+
+def _is_int0d(k) -> bool:
+    return isinstance(k, Tensor) and k.ndim == 0 and k.dtype.is_int
+
+
+def _is_mask(k) -> bool:
+    """k (an index tensor, list or array) is a bool (or uint8) mask of one dim or more."""
+    if isinstance(k, Tensor):
+        return k.ndim > 0 and k.dtype in (boolean, u8)
+    a = np.asarray(k)
+    return a.ndim > 0 and a.dtype in (np.bool_, np.uint8)
 
 
 def _scalar_like(value, t):
@@ -367,10 +394,8 @@ def index_put(t, indices, values, accumulate: bool = False):
     if not isinstance(indices, (tuple, list)):
         raise ShapeError(f"index_put: indices must be a tuple of tensors, got {type(indices).__name__}"
                          f"\n  at {user_location()}")
-    if isinstance(values, Tensor) and values.dtype != t.dtype:
-        raise DTypeError(f"index_put: Index put requires the source and destination dtypes match, got {t.dtype} for "
-                         f"the destination and {values.dtype} for the source (as in PyTorch)\n  at {user_location()}")
-    values = values if isinstance(values, Tensor) else _scalar_like(values, t)
+    check_index_put_dtype("index_put", t, tuple(indices), values, accumulate)
+    values = values.to(t.dtype) if isinstance(values, Tensor) else _scalar_like(values, t)
     key = tuple(indices)
     k = _as_index(key[0]) if len(key) == 1 else None
     mask = isinstance(k, Tensor) and k.dtype == boolean

@@ -221,3 +221,36 @@ def test_index_put_accumulate_of_a_mask_adds_the_same_value_at_each_true_positio
     if name in ("a number", "a row per True row"):
         weights = lambda L, x: (f(L, x) * L.arange(12.0, dtype=x.dtype).reshape(3, 4)).sum()  # noqa: E731
         check_gradients(name, weights, M / 10, compiled)
+
+
+def _set(key, value):
+    """x[key] = value on a copy of x, returned."""
+    def write(L, x):
+        y = x.clone()
+        y[key(L, y)] = value(L)
+        return y
+    return write
+
+
+WRITES_OF_ANOTHER_DTYPE = {  # torch's index_put_ refuses the value; where it is masked_fill_, it converts it
+    "x[i] = long values": _set(lambda L, y: L.tensor([0, 2]), lambda L: L.tensor([1, 2, 3, 4])),
+    "x[list] = 0-d double": _set(lambda L, y: [0, 1], lambda L: L.tensor(1, dtype=L.float64)),
+    "x[i, 1:] = 0-d double": _set(
+        lambda L, y: (L.tensor([0, 1]), slice(1, None)), lambda L: L.tensor(1.0, dtype=L.float64)
+    ),
+    "x[mask] = long values": _set(lambda L, y: y > 4, lambda L: L.arange(7)),
+    "x[mask] = one long": _set(lambda L, y: y > 4, lambda L: L.tensor([[3]])),
+    "x[0, mask] = one long": _set(lambda L, y: (0, L.tensor([True, False, True, True])), lambda L: L.tensor(3)),
+    "x[0-d long] = long row": _set(lambda L, y: L.tensor(1), lambda L: L.tensor([1, 2, 3, 4])),
+    "index_put_ mask one long": lambda L, x: x.clone().index_put_((x > 4,), L.tensor(2)),
+    "index_put_ mask one long accumulate": lambda L, x: x.clone().index_put_((x > 4,), L.tensor(2), accumulate=True),
+    "index_put_ long": lambda L, x: x.clone().index_put_((L.tensor([0, 2]),), L.tensor(2)),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", WRITES_OF_ANOTHER_DTYPE)
+def test_a_write_at_index_tensors_takes_a_value_of_another_dtype_where_torch_does(name, compiled):
+    if compiled and name in ("x[mask] = long values", "x[0, mask] = one long"):
+        pytest.skip("the positions of a mask with other indices (or of its rows) are known eagerly only")
+    check(WRITES_OF_ANOTHER_DTYPE[name], M.astype(np.float32), compiled=compiled)
