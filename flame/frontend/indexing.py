@@ -460,8 +460,12 @@ def _leaf(t, trace) -> bool:
     """t is a leaf that requires grad (torch refuses to write one in place while recording gradients):
     eagerly a tensor no op made; while tracing also an argument of the traced function or a captured
     tensor (a leaf of the trace) that requires grad."""
-    if not t.requires_grad:
-        return False
+    return t.requires_grad and _made_by_no_op(t, trace)
+
+
+def _made_by_no_op(t, trace) -> bool:
+    """t is a leaf of the gradient history, whether it requires grad or not: eagerly a tensor no op
+    recorded; while tracing an argument of the traced function or a captured tensor."""
     if t._value is not None:
         return trace is not None and id(t) in trace.inputs_of
     return t._node is None
@@ -478,6 +482,16 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     # a recorded write into the detached tensor itself: it takes the write's history, as torch's (its base
     # takes the values only)
     owns = detached and grad_enabled.get() and new.requires_grad
+    if grad_enabled.get() and t.requires_grad:  # torch's checks, before any other of the write's
+        if detached and _leaf(t, trace):  # `x.detach().requires_grad_()`: a leaf of its own
+            raise AutogradError(f"{what}: a leaf Variable that requires grad is being used in an in-place operation "
+                                f"(use `with flame.no_grad():` or write into a clone)\n  at {user_location()}")
+        if not detached and _made_by_no_op(base, trace):
+            # a view that requires grad of a tensor no op made, which need not require grad itself:
+            # `x.view(2, 3).requires_grad_()`
+            raise AutogradError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
+                                f"operation (write into it under `with flame.no_grad():`, or into a clone)"
+                                f"\n  at {user_location()}")
     if owns and t._chain[-1][0].view is not None:
         raise AutogradError(f"{what}: a write that records a gradient into a view of a detach()ed tensor: write "
                             f"into the detached tensor itself, or into a clone of it\n  at {user_location()}")

@@ -114,6 +114,41 @@ def test_an_inplace_op_on_a_leaf_that_requires_grad_raises():
     np.testing.assert_array_equal(w.numpy(), np.ones(3, np.float32))
 
 
+LEAVES_OF_THEIR_OWN = {  # each: lib -> a tensor torch refuses to write in place while recording gradients
+    "detach().requires_grad_()": lambda lib: lib.ones(3).detach().requires_grad_(),
+    "detach() of a result": lambda lib: (lib.ones(3, requires_grad=True) * 2).detach().requires_grad_(),
+    "view(...).requires_grad_()": lambda lib: lib.ones(6).view(2, 3).requires_grad_(),
+    "a slice, requires_grad_()": lambda lib: lib.ones(6)[1:].requires_grad_(),
+    "a view of view(...).requires_grad_()": lambda lib: lib.ones(6).view(2, 3).requires_grad_().t(),
+}
+WRITES = {
+    "add_": lambda t: t.add_(1),
+    "fill_": lambda t: t.fill_(2.0),
+    "x[0] = 5": lambda t: t.__setitem__(0, 5.0),
+}
+
+
+@pytest.mark.parametrize("write", WRITES)
+@pytest.mark.parametrize("make", LEAVES_OF_THEIR_OWN)
+def test_a_detached_or_view_leaf_that_requires_grad_refuses_an_inplace_write_as_in_torch(make, write):
+    """torch refuses a write into a leaf that requires grad made by detach(), and into a view that
+    requires grad of a tensor no op made (even one that does not require grad); under no_grad both take it."""
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        WRITES[write](LEAVES_OF_THEIR_OWN[make](torch))
+    t = LEAVES_OF_THEIR_OWN[make](flame)
+    with pytest.raises(FlameError, match="leaf Variable that requires grad"):
+        WRITES[write](t)
+    np.testing.assert_array_equal(t.numpy(), np.ones(t.shape, np.float32) * (2 if "result" in make else 1))
+    got = {}
+    for lib in (torch, flame):
+        t = LEAVES_OF_THEIR_OWN[make](lib)
+        with lib.no_grad():
+            WRITES[write](t)
+        got[lib] = (t.detach().numpy(), t.requires_grad)
+    np.testing.assert_array_equal(got[flame][0], got[torch][0])
+    assert got[flame][1] == got[torch][1]
+
+
 def test_inplace_results_keep_shape_and_may_not_widen_the_dtype():
     a = flame.zeros(3)
     with pytest.raises(ShapeError, match=r"output with shape \[3\] doesn't match the broadcast shape \[2, 3\]"):
