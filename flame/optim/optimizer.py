@@ -28,7 +28,7 @@ from flame.errors import (
     FlameError,
     TraceError,
 )
-from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad, pinned_location, user_location
+from flame.frontend.context import TRACING_HOOKS, current_trace, enable_grad, no_grad, pinned_location, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.guards import value_key
@@ -362,10 +362,12 @@ class Optimizer:
     # ---- the public API ---------------------------------------------------------------------------
     def step(self, closure=None):
         """One update of every parameter that has a gradient. `closure` (re-evaluates the loss) is
-        called first when given; its result is returned."""
+        called first when given, with gradients enabled (under no_grad() too, as torch.optim's); its
+        result is returned."""
         loss = None
         if closure is not None:
-            loss = closure()
+            with enable_grad():
+                loss = closure()
         self._adopt_new_params()
         self.guard_groups()
         trace = current_trace.get()

@@ -206,3 +206,25 @@ def test_flags_as_documented(name):
     if "differentiable" in cls.torch_flags:
         with pytest.raises(NotImplementedError, match=f"{name}: differentiable=True"):
             cls([p], differentiable=True)
+
+
+@pytest.mark.parametrize("name,kw", [c for c in CASES if c[0] != "Adafactor"][::3] + [("Adafactor", {})], ids=str)
+def test_closure_runs_with_gradients_enabled_under_no_grad(name, kw):
+    """step(closure) calls the closure with gradients enabled, as torch.optim's, also when the step itself
+    is called under no_grad(): the closure's backward() works and the update follows torch's."""
+    ps, opt, tps, topt = _pair(name, kw)
+
+    def closure(params, optimizer):
+        optimizer.zero_grad()
+        loss = sum(((i + 1) * (p - 0.25) ** 2).sum() for i, p in enumerate(params))
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        with flame.no_grad():
+            loss = opt.step(lambda: closure(ps, opt))
+        with torch.no_grad():
+            tloss = topt.step(lambda: closure(tps, topt))
+        assert loss.requires_grad == tloss.requires_grad
+        np.testing.assert_allclose(loss.numpy(), tloss.detach().numpy(), rtol=RTOL)
+        _assert_params(ps, tps, f"{name} {kw}: step(closure) under no_grad")
