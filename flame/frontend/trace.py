@@ -405,11 +405,13 @@ class Trace:
 
     def _backward_ops(self, loss: Value, leaves: list[Value]) -> set:
         """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss (not
-        the op making a leaf, where the body made one: Trace.made_leaves)."""
+        the op making a leaf, where the body made one: Trace.made_leaves). A value recorded with gradients
+        off carries none: an optimizer's update of a parameter, computed under no_grad from the gradient
+        of an earlier backward, is not a path back into that backward's graph."""
         leafset, on_path = set(leaves), set()
-        carries = set(leafset)
+        carries, off = set(leafset), self.no_grad
         for op in self.graph.ops:
-            if op.name != STOP_GRADIENT.name and not carries.isdisjoint(op.inputs):
+            if op.name != STOP_GRADIENT.name and op.out not in off and not carries.isdisjoint(op.inputs):
                 carries.add(op.out)
         producer = {op.out: op for op in self.graph.ops if op.out not in leafset}
         stack = [loss]
