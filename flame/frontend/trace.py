@@ -376,6 +376,9 @@ class Trace:
             read = reads(self.graph.ops[start:])
             self.freed |= {op for op in used if saves(op, read)}
         _check_no_eager_history(leaves, grads)
+        # the gradients have no history (as torch's without create_graph): a later backward through a loss
+        # that reads a .grad (p * p.grad) flows to p alone, not on into the ops that computed the gradient
+        grads = [None if gv is None else self.builder.emit(STOP_GRADIENT.name, gv) for gv in grads]
         with no_grad():  # a later gradient is added into the existing .grad in place (hooks.accumulate_grad)
             for t, gv in zip(leaves, grads):
                 if gv is not None:

@@ -68,3 +68,23 @@ def test_inside_a_compiled_function_too():
         twice(flame.ones(3), False)
     twice(flame.ones(3), True)
     np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0, 2.0])
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_a_loss_reading_a_grad_in_a_compiled_step_differentiates_the_parameter_alone(retain):
+    """A .grad has no history (no create_graph): a second loss p * p.grad inside @flame.compile flows to p
+    alone, as torch's, neither into the ops that computed the gradient (twice the gradient) nor, without
+    retain_graph, into the first backward's freed graph (a spurious error)."""
+    x, d = np.array([1.0, -2.0, 0.5]), np.array([0.3, 1.5, -2.0])
+    got = {}
+    for lib in (torch, flame):
+        p = lib.tensor(x.copy(), requires_grad=True)
+
+        def step(data, p=p):
+            ((p * data) ** 2).sum().backward(retain_graph=retain)
+            g, p.grad = p.grad, None
+            (p * g).sum().backward()
+
+        (flame.compile(step) if lib is flame else step)(lib.tensor(d))
+        got[lib] = p.grad.numpy()
+    np.testing.assert_allclose(got[flame], got[torch], rtol=1e-14)
