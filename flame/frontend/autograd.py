@@ -177,7 +177,7 @@ def backward(
         gradient = _check_gradient(loss, gradient)
     trace = current_trace.get()
     if trace is not None:
-        trace.backward(loss, gradient, retain_graph)
+        trace.backward(loss, gradient, retain_graph, create_graph)
         return
     if not loss.requires_grad:
         raise AutogradError(

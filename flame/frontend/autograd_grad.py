@@ -264,6 +264,9 @@ def backward(
     if eager and create_graph:
         autograd.backward(_root(ts, seeds, "backward", True), None, retain_graph, create_graph=True)
         return
+    if create_graph:  # traced: the gradients keep their history (Trace.backward)
+        autograd.backward(_root(ts, seeds, "backward"), None, retain_graph, create_graph=True)
+        return
     _root(ts, seeds, "backward").backward(retain_graph=retain_graph)
 
 

@@ -351,10 +351,13 @@ class Trace:
                 g.outputs.append(self.value_of(view))
         return grads
 
-    def backward(self, loss, gradient=None, retain_graph: bool | None = None) -> None:
+    def backward(self, loss, gradient=None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
         """loss.backward() inside a trace: autodiff appends the backward ops; leaves get traced .grad.
-        Without retain_graph=True the ops it went through are freed, as eager backward() frees its
-        nodes: a second backward through one raises."""
+        Without retain_graph=True (its default is create_graph, as torch's) the ops it went through are
+        freed, as eager backward() frees its nodes: a second backward through one raises. The gradients
+        carry their history only with create_graph=True (a gradient penalty differentiates them)."""
+        if retain_graph is None:
+            retain_graph = create_graph
         leaves = [t for t, _ in self.current.values() if t.requires_grad and t.dtype.is_float]
         made = [t for t in self.made_leaves.values() if t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None
@@ -376,9 +379,9 @@ class Trace:
             read = reads(self.graph.ops[start:])
             self.freed |= {op for op in used if saves(op, read)}
         _check_no_eager_history(leaves, grads)
-        # the gradients have no history (as torch's without create_graph): a later backward through a loss
-        # that reads a .grad (p * p.grad) flows to p alone, not on into the ops that computed the gradient
-        grads = [None if gv is None else self.builder.emit(STOP_GRADIENT.name, gv) for gv in grads]
+        if not create_graph:  # no history: a later backward through a loss reading a .grad (p * p.grad)
+            # flows to p alone, not on into the ops that computed the gradient
+            grads = [None if gv is None else self.builder.emit(STOP_GRADIENT.name, gv) for gv in grads]
         with no_grad():  # a later gradient is added into the existing .grad in place (hooks.accumulate_grad)
             for t, gv in zip(leaves, grads):
                 if gv is not None:

@@ -88,3 +88,21 @@ def test_a_loss_reading_a_grad_in_a_compiled_step_differentiates_the_parameter_a
         (flame.compile(step) if lib is flame else step)(lib.tensor(d))
         got[lib] = p.grad.numpy()
     np.testing.assert_allclose(got[flame], got[torch], rtol=1e-14)
+
+
+def test_create_graph_in_a_compiled_step_keeps_the_gradients_history():
+    """backward(create_graph=True) inside @flame.compile: the .grad it leaves is differentiable, so a
+    gradient penalty on it reaches the parameters as torch's does."""
+    x, d = np.array([1.0, -2.0, 0.5]), np.array([0.3, 1.5, -2.0])
+    got = {}
+    for lib in (torch, flame):
+        p = lib.tensor(x.copy(), requires_grad=True)
+
+        def step(data, p=p):
+            ((p * p * data).sum() ** 2).backward(create_graph=True)
+            g, p.grad = p.grad, None
+            (g * g).sum().backward()
+
+        (flame.compile(step) if lib is flame else step)(lib.tensor(d))
+        got[lib] = p.grad.detach().numpy()
+    np.testing.assert_allclose(got[flame], got[torch], rtol=1e-12)
