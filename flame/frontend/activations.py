@@ -18,6 +18,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.functional import (
     _loss_reduce,
     embedding,
+    floating_only,
     no_legacy_reduction,
     softmax,
     softmax_dim,
@@ -68,6 +69,7 @@ SELU_SCALE = 1.0507009873554804934193349852946
 @composite
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as PyTorch."""
+    floating_only("softplus", input)
     z = input * beta if beta != 1 else input
     soft = where(z > threshold, threshold, z).exp().log1p()  # a NaN reaches exp, so its gradient is NaN, as torch's
     return where(z > threshold, input, soft / beta if beta != 1 else soft)
@@ -84,6 +86,7 @@ def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     rounded once. Its gradient PyTorch's kernel's (1/2 at 0, where min(x, 0) has a kink): from
     z = exp(-|x|) as stored in x's dtype, the cotangent times (x < 0 ? 1 - z / (1 + z) : z / (1 + z)),
     in f32 for f16 / bf16."""
+    floating_only("logsigmoid", input)
     value = _logsigmoid(input)
     if not float_gradient(input):
         return value
@@ -115,6 +118,7 @@ def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0) 
 @composite
 def elu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
     """x where x > 0, else alpha * (exp(x) - 1)."""
+    floating_only("elu", input)
     return _elu(input, alpha)
 
 
@@ -122,6 +126,7 @@ def elu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
 @composite
 def selu(input: Tensor) -> Tensor:  # noqa: A002
     """SELU_SCALE * elu(x, SELU_ALPHA), as PyTorch's one kernel (x * scale, expm1(x) * (alpha * scale))."""
+    floating_only("selu", input)
     return _elu(input, SELU_ALPHA, SELU_SCALE)
 
 
@@ -129,6 +134,7 @@ def selu(input: Tensor) -> Tensor:  # noqa: A002
 @composite
 def celu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): PyTorch's elu with input_scale 1 / alpha."""
+    floating_only("celu", input)
     return _elu(input, alpha, 1.0, 1.0 / alpha)
 
 
@@ -136,6 +142,7 @@ def celu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
 @composite
 def mish(input: Tensor) -> Tensor:  # noqa: A002
     """x * tanh(softplus(x))."""
+    floating_only("mish", input)
     return input * softplus(input).tanh()
 
 
@@ -168,6 +175,7 @@ def _hardsigmoid(x: Tensor) -> Tensor:
 def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     """relu6(x + 3) / 6 (for f16 / bf16 in f32 rounded once); its gradient PyTorch's kernel's: the cotangent
     times 1/6 (an f32 for f32 and the half types) strictly inside (-3, 3), else 0."""
+    floating_only("hardsigmoid", input)
     value = _hardsigmoid(input)
     if not float_gradient(input):
         return value
@@ -184,6 +192,7 @@ def _hardswish(x: Tensor) -> Tensor:
 def hardswish(input: Tensor) -> Tensor:  # noqa: A002
     """x * relu6(x + 3) / 6 (for f16 / bf16 in f32 rounded once); its gradient PyTorch's kernel's: the
     cotangent times 0 up to -3, x / 3 + 1/2 below 3, else 1 (1 at 3 itself)."""
+    floating_only("hardswish", input)
     value = _hardswish(input)
     if not float_gradient(input):
         return value
@@ -206,6 +215,7 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     """a * sigmoid(b), a and b the two halves of input along dim (its size must be even). For f16 / bf16, in
     f32 rounded once; the gradient PyTorch's kernel's: a's the cotangent times sigmoid(b) as stored in the
     input's dtype, b's s (1 - s) a times the cotangent in f32 from that s, rounded once."""
+    floating_only("glu", input)
     if input.shape[dim] % 2:
         raise ShapeError(
             f"glu: halving dimension {dim} needs an even size, got {list(input.shape)}\n  at {user_location()}"
@@ -253,6 +263,7 @@ def _softshrink(x: Tensor, lambd: float) -> Tensor:
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
     """x - lambd above lambd, x + lambd below -lambd, else 0 (f16 / bf16 in f32, rounded once, as torch's
     kernel); lambd must not be negative."""
+    floating_only("softshrink", input)
     if lambd < 0:
         raise ArgumentError(f"softshrink: lambda must be in range [0, inf) for input dtype {input.dtype}, but found "
                             f"{lambd} (as in PyTorch)\n  at {user_location()}")
@@ -262,6 +273,7 @@ def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
 def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
     """x where |x| > lambd, else 0; a NaN stays NaN, with no gradient (torch's vectorized kernels; its scalar
     loop passes one)."""
+    floating_only("hardshrink", input)
     return where((input > lambd) | (input < -lambd), input, where(input != input, input.detach(), 0.0))
 
 
@@ -269,6 +281,7 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, trainin
           inplace: bool = False, *, generator: Generator | None = None) -> Tensor:
     """Randomized leaky ReLU: negative elements times a slope drawn uniformly from [lower, upper] per element
     when training, times (lower + upper) / 2 otherwise (torch's leaky_relu with that slope)."""
+    floating_only("rrelu", input)
     if lower > upper:
         raise ArgumentError(f"rrelu: lower bound should be less than or equal to the upper bound, got lower={lower}, "
                             f"upper={upper} (as in PyTorch)\n  at {user_location()}")

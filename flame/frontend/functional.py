@@ -83,10 +83,12 @@ def relu(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
+    floating_only("gelu", input)
     return input.gelu(approximate)
 
 
 def silu(input: Tensor) -> Tensor:  # noqa: A002
+    floating_only("silu", input)
     return input.silu()
 
 
@@ -99,6 +101,7 @@ def tanh(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:  # noqa: A002
+    floating_only("leaky_relu", input)
     return input.leaky_relu(negative_slope)
 
 
@@ -118,6 +121,14 @@ def _floating_input(name: str, x: Tensor) -> None:
     if not x.dtype.is_float:
         raise DTypeError(f"{name}: not implemented for {x.dtype} input, as in PyTorch (pass dtype=flame.float32 or "
                          f"convert with .float())\n  at {user_location()}")
+
+
+def floating_only(name: str, x: Tensor) -> None:
+    """torch's kernel of the activation `name` exists for floating dtypes only: an integer or bool input raises
+    (flame would otherwise compute it in f32), as in PyTorch."""
+    if isinstance(x, Tensor) and not x.dtype.is_float:
+        raise DTypeError(f"{name}: not implemented for {x.dtype} input, as in PyTorch (convert it with .float())\n"
+                         f"  at {user_location()}")
 
 
 def _empty_along(x: Tensor, dim: int) -> bool:
