@@ -71,28 +71,33 @@ def _topo(root: Tensor) -> list[Tensor]:
     return [tensors[i] for i in nx.topological_sort(g)]
 
 
-def saving_nodes(g: Graph, vals: dict[int, Value], order: list[Tensor], cut: dict | None = None) -> list:
+def saving_nodes(
+    g: Graph, vals: dict[int, Value], order: list[Tensor], cut: dict | None = None, runs: set | None = None
+) -> list:
     """The nodes of `order` whose saved tensors the backward autodiff appended to g (a rebuilt graph,
     `vals` its tensors' values, `cut` as _rebuild's) reads (saved.saves). A backward frees these, as
     torch frees the saved tensors of the nodes it runs; a node that saves none (a view, a cat, a sum, an
-    add) can be passed again, as in torch."""
+    add) can be passed again, as in torch. `runs`: the ids of the tensors whose nodes the backward runs
+    (_running; None: all): a gradient with respect to an intermediate runs none of the nodes before it."""
     read = reads(g.ops)
     found = []
     for t in order:
         v = (cut or {}).get(id(t)) or vals.get(id(t))
-        if t._node is not None and v is not None and (t._node.packed or saves(v.producer, read)):
+        if t._node is not None and v is not None and (runs is None or id(t) in runs) \
+                and (t._node.packed or saves(v.producer, read)):
             found.append(t._node)
     return found
 
 
 def _rebuild(
-    loss: Tensor, cut: dict | None = None, order: list | None = None
+    loss: Tensor, cut: dict | None = None, order: list | None = None, runs: set | None = None
 ) -> tuple[Graph, dict[int, Value], list[Tensor], list, dict]:
     """The graph of the ops that made loss, from its leaves (graph inputs). A tensor in `cut` passes no
     gradient to what it was made from (its uses read it through stop_gradient); cut[id] is set to its
     own value, where a hooked backward seeds the gradient its hooks made (_hooked_backward). Returns
     (the graph, id -> value, the tensors its inputs hold, the nodes, autodiff's `unpacked`: the tensors
-    saved-tensor hooks unpacked, each an input of its own unless the graph holds it)."""
+    saved-tensor hooks unpacked, each an input of its own unless the graph holds it). A freed node is an
+    error where its backward runs (`runs`: the ids of the tensors whose nodes run, _running; None: all)."""
     g = Graph("backward")
     b = Builder(g)
     vals: dict[int, Value] = {}
@@ -106,7 +111,7 @@ def _rebuild(
             vals[id(t)] = g.add_input(t._type(), "param" if t.requires_grad else "const")
             leaves.append(t)
             continue
-        if node.freed:
+        if node.freed and (runs is None or id(t) in runs):  # a node not run only recomputes its value
             raise freed_graph_error(node.name, node.loc)
         nodes.append(node)
         inputs = _inputs(node)
@@ -265,7 +270,7 @@ def _as_dtype(t: Tensor, dtype: DType) -> Tensor:
 
 def _gradients(
     loss: Tensor, gradient: Tensor | None, seeds: dict, want: list[Tensor], leaves: bool, order: list,
-    create: bool = False,
+    create: bool = False, runs: set | None = None,
 ):
     """The gradients of loss (seeded with `gradient`) with respect to the tensors `want` and, if
     `leaves`, every leaf that requires grad: (those tensors, their gradients or None, the nodes whose
@@ -273,9 +278,9 @@ def _gradients(
     `order`: the tensors loss was computed from (_topo).
     `seeds`: id -> (tensor, gradient) of hooked tensors whose gradients are known: nothing flows back
     through them from loss, their own gradient flows on from them instead. `create`: the gradients
-    carry histories (gradient_tensors)."""
+    carry histories (gradient_tensors). `runs`: as _rebuild's."""
     cut = dict.fromkeys(seeds)
-    g, vals, graph_leaves, _, unpacked = _rebuild(loss, cut, order)
+    g, vals, graph_leaves, _, unpacked = _rebuild(loss, cut, order, runs)
     wrt = [t for t in graph_leaves if t.requires_grad and leaves] + want
     inputs = list(graph_leaves)
     terms = [] if id(loss) in seeds else [(vals[id(loss)], gradient)]
@@ -292,24 +297,27 @@ def _gradients(
     inputs += [gr for _, gr in terms if gr is not None]
     grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed, unpacked=unpacked) if out is not None \
         else [None] * len(wrt)
-    nodes = saving_nodes(g, vals, order, cut)
+    nodes = saving_nodes(g, vals, order, cut, runs)
     known = known_tensors(order, vals, cut) if create else {}
     return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes
 
 
 def _hook_stages(
-    loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool, needed: set | None = None
+    loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool, needed: set | None = None,
+    runs: set | None = None,
 ) -> tuple[dict, list]:
     """The gradients of the hooked non-leaf tensors, each group's hooks run on them, latest first, the
     ones known seeding the next stage: (id -> (tensor, its hooked gradient), the nodes whose saved
-    tensors the stages read). `needed`: the ids of the tensors the backward passes (all when None)."""
+    tensors the stages read). `needed`: the ids of the tensors the backward passes (all when None);
+    `runs`: as _rebuild's."""
     inner = {id(t): t for t in order if t._node is not None and (needed is None or id(t) in needed)}
     seeds: dict[int, tuple] = {}
     nodes: list = []
     for t in reversed(order):
         if id(t) in inner and is_hooked(t) and id(t) not in seeds:
             unit = [u for u in unit_of(t) if id(u) in inner]
-            _, grads, read = _gradients(loss, gradient, seeds, unit, leaves=False, order=order, create=create)
+            _, grads, read = _gradients(loss, gradient, seeds, unit, leaves=False, order=order, create=create,
+                                        runs=runs)
             nodes += read
             with nullcontext() if create else no_grad():
                 grads = run_unit(unit, grads)
@@ -342,20 +350,24 @@ def _hooked_backward(
     return pairs, nodes
 
 
-def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create: bool) -> tuple[list, list]:
+def hooked_grad(
+    root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create: bool, runs: set
+) -> tuple[list, list]:
     """flame.autograd.grad's gradients of root with respect to `ins` through tensors with hooks or
     retain_grad(), as torch's: the hooks of the tensors passed run (in _hooked_backward's stages), those
     of the inputs too, and the non-leaves that retain their grad get it; no leaf's .grad is touched.
-    Returns (the gradients or None, the nodes whose saved tensors it read)."""
+    `runs`: the ids of the tensors whose nodes it runs (_running). Returns (the gradients or None, the
+    nodes whose saved tensors it read)."""
     needed = _passed(order, ins)
     with unpacking_once():
-        seeds, staged = _hook_stages(root, None, order, create, needed)
+        seeds, staged = _hook_stages(root, None, order, create, needed, runs)
         retained = [t for t in order
                     if t._node is not None and t._retains_grad and id(t) not in seeds and id(t) in needed]
         taken = {id(t) for t in retained} | set(seeds)
         passed = {id(t) for t in order}
         free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
-        _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create)
+        _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create,
+                                     runs=runs)
     nodes += staged
     known = {id(t): gr for t, gr in zip(retained + free, grads)}
     known.update((i, gr) for i, (_, gr) in seeds.items())
@@ -378,6 +390,14 @@ def _passed(order: list[Tensor], ins: Sequence[Tensor]) -> set[int]:
         if t._node is not None and any(id(x) in passed for x in _inputs(t._node) if isinstance(x, Tensor)):
             passed.add(id(t))
     return passed
+
+
+def _running(order: list[Tensor], ins: Sequence[Tensor]) -> set[int]:
+    """The ids of the tensors of `order` whose nodes a gradient with respect to `ins` runs: those made
+    from a tensor it passes (_passed). An input's own node runs only when it was made from another."""
+    passed = _passed(order, ins)
+    return {id(t) for t in order
+            if t._node is not None and any(id(x) in passed for x in _inputs(t._node) if isinstance(x, Tensor))}
 
 
 def _last_use(order: list[Tensor]):

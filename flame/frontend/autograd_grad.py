@@ -15,7 +15,15 @@ from contextlib import nullcontext
 
 from flame.errors import AutogradError
 from flame.frontend import autograd
-from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, hooked_grad, known_tensors, saving_nodes
+from flame.frontend.autograd import (
+    _rebuild,
+    _running,
+    _topo,
+    gradient_tensors,
+    hooked_grad,
+    known_tensors,
+    saving_nodes,
+)
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.hooks import accumulate_and_notify
@@ -120,6 +128,13 @@ def grad(
         if create_graph:
             _mark_recorded(trace, ws, got)
         return _finish(ins, got, allow_unused, materialize_grads)
+    return _eager_grad(outs, ins, seeds, retain_graph, create_graph, allow_unused, materialize_grads)
+
+
+def _eager_grad(outs: list, ins: list, seeds: list, retain_graph, create_graph: bool, allow_unused: bool,
+                materialize: bool, own: bool = False) -> tuple:
+    """grad()'s gradients outside a trace. `own`: the inputs' own nodes run too (backward(inputs=...)
+    with a non-leaf input runs its grad_fn, as torch's engine does)."""
     for k, o in enumerate(outs):
         if not o.requires_grad:
             raise AutogradError(
@@ -129,7 +144,7 @@ def grad(
         raise AutogradError(f"One of the differentiated Tensors does not require grad\n  at {user_location()}")
     root = _root(outs, seeds, "grad", create_graph)
     retain = create_graph if retain_graph is None else bool(retain_graph)
-    return _finish(ins, _eager(root, ins, retain, create_graph), allow_unused, materialize_grads)
+    return _finish(ins, _eager(root, ins, retain, create_graph, own), allow_unused, materialize)
 
 
 def _batched(outs, ins, seeds, retain_graph, create_graph: bool, allow_unused: bool, materialize: bool) -> tuple:
@@ -186,19 +201,21 @@ def _mark_recorded(trace, ws: list, got: list) -> None:
             t.requires_grad = t._value in marked or trace.requires_grad(t)
 
 
-def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool) -> list:
+def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool, own: bool = False) -> list:
     """d root / d ins by rebuilding root's graph and running autodiff on it (None: not used); with
     `create`, gradients with a history (autograd.gradient_tensors). Through tensors with hooks or
-    retain_grad(), in stages as backward() (autograd.hooked_grad)."""
+    retain_grad(), in stages as backward() (autograd.hooked_grad). The nodes run (autograd._running; with
+    `own`, the inputs' own nodes too) are freed unless `retain`, and are an error if already freed."""
     order = _topo(root)
+    runs = _running(order, ins) | ({id(t) for t in ins if t._node is not None} if own else set())
     if any(t._hooks or t._retains_grad for t in order):
-        got, nodes = hooked_grad(root, ins, order, create)
+        got, nodes = hooked_grad(root, ins, order, create, runs)
         _free(nodes, retain)
         return got
-    g, vals, leaves, _, unpacked = _rebuild(root, order=order)
+    g, vals, leaves, _, unpacked = _rebuild(root, order=order, runs=runs)
     used = [t for t in ins if id(t) in vals]
     gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used], unpacked=unpacked)))
-    nodes = saving_nodes(g, vals, order)
+    nodes = saving_nodes(g, vals, order, runs=runs)
     grads = [gvals.get(id(t)) for t in ins]
     known = known_tensors(order, vals) if create else {}
     got = gradient_tensors(g, grads, list(leaves), known, [t.dtype for t in ins], create)
@@ -255,7 +272,8 @@ def backward(
         warnings.warn(_CYCLE, UserWarning, stacklevel=2)
     if inputs is not None:
         wrt = _tensors(inputs, "backward(inputs)")
-        got = grad(ts, wrt, seeds, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True)
+        got = grad(ts, wrt, seeds, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True) \
+            if not eager or not wrt else _eager_grad(ts, wrt, seeds, retain_graph, create_graph, True, False, own=True)
         with nullcontext() if create_graph else no_grad():  # torch's AccumulateGrad: in place unless recording
             for t, gt in zip(wrt, got):
                 if gt is not None:

@@ -106,3 +106,45 @@ def test_create_graph_in_a_compiled_step_keeps_the_gradients_history():
         (flame.compile(step) if lib is flame else step)(lib.tensor(d))
         got[lib] = p.grad.detach().numpy()
     np.testing.assert_allclose(got[flame], got[torch], rtol=1e-12)
+
+
+def _after_freed(lib, hooked: bool, first: str):
+    """x -> y = x * x -> loss of y; the graph is freed by a first backward or grad, then differentiated
+    with respect to the intermediate y (which runs nothing before y), then backward() through y's node."""
+    x = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+    y = x * x
+    log = []
+    if hooked:
+        y.register_hook(lambda g: (log.append(g.tolist()), g * 2)[1])
+    if first == "backward":
+        y.exp().sum().backward()
+    got = lib.autograd.grad((y * y.exp()).sum(), y)[0].tolist()
+    y.sum().backward() if first != "backward" else None
+    return got, x.grad.tolist(), log
+
+
+@pytest.mark.parametrize("hooked", [False, True], ids=["plain", "hooked"])
+@pytest.mark.parametrize("first", ["backward", "grad"])
+def test_grad_with_respect_to_an_intermediate_neither_needs_nor_frees_the_graph_before_it(hooked, first):
+    want = _after_freed(torch, hooked, first)
+    got = _after_freed(flame, hooked, first)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    assert len(got[2]) == len(want[2])
+    for g, w in zip(got[2], want[2]):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    if not hooked and first == "grad":  # backward(inputs=[y]) does run y's own node (torch's engine)
+        _non_leaf_input_runs_its_node()
+
+
+def _non_leaf_input_runs_its_node():
+    """torch's backward(inputs=[y]) runs y's own grad_fn: it frees it, and a freed one is an error."""
+    grads = []
+    for lib, error in ((torch, RuntimeError), (flame, flame.FlameError)):
+        x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        y = x * x
+        (y * y).sum().backward(inputs=[y])
+        grads.append(y.grad.tolist())
+        with pytest.raises(error, match="a second time"):
+            y.sum().backward()
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12)
