@@ -321,6 +321,8 @@ class _BackwardCall:
         return tuple(gout[k] for k in self.output_pos)
 
     def _on_inputs(self, grads: tuple) -> tuple:
+        if self.grad_outputs is None:  # the gradient reached the inputs through no output (torch's: no hook)
+            return grads
         gin = [None] * self.n_inputs
         for k, g in zip(self.input_pos, grads):
             gin[k] = g

@@ -292,3 +292,34 @@ def test_hook_added_after_compiling_traces_again():
     with warnings.catch_warnings():
         warnings.simplefilter("error", flame.RecompileWarning)  # the first trace holds again
         np.testing.assert_array_equal(step(x).numpy(), first)
+
+
+def _side_path_run(lib, compiled: bool):
+    """A module whose output is a dict (no tensor output for the hooks) and whose input also reaches the
+    loss through an attribute: torch's full backward hook runs only on a gradient that passed the
+    module's outputs, so here never (the gradient reaches the input through no output)."""
+    log = []
+
+    class Side(lib.nn.Module):
+        def forward(self, x):
+            self.side = x * 5
+            return {"a": x * 2}
+
+    m = Side()
+    m.register_full_backward_hook(lambda mod, gi, go: (log.append(len(gi)), (gi[0] * 3,))[1])
+    x = lib.tensor(X[0], dtype=lib.float64, requires_grad=True)
+
+    def step(x):
+        out = m(x)
+        (m.side.sum() + out["a"].sum()).backward()
+
+    (flame.compile(step) if compiled and lib is flame else step)(x)
+    return log, _arr(x.grad)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_backward_hook_does_not_run_for_a_gradient_that_passed_no_output(compiled):
+    want_log, want = _side_path_run(torch, False)
+    got_log, got = _side_path_run(flame, compiled)
+    assert got_log == want_log
+    np.testing.assert_allclose(got, want, rtol=1e-12)
