@@ -21,7 +21,7 @@ from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
-from flame.frontend.saved import reads, saves, unpack_saves
+from flame.frontend.saved import reads, saved_inputs, saves, unpack_saves
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import stale
 from flame.ir.builder import Builder
@@ -35,7 +35,7 @@ def _as_of(x, version: int):
     write into x at or after that version left (so `z = y[0]; y[1] = z` differentiates through y's old
     history); None where that write kept nothing of x (dispatch.fresh). A version counter is shared
     with views, so a write elsewhere may have moved it on."""
-    if isinstance(x, Tensor) and x._version != version and x._past is not None:
+    if isinstance(x, Tensor) and version is not None and x._version != version and x._past is not None:
         later = [v for v in x._past if v >= version]
         return x._past[min(later)] if later else x
     return x
@@ -43,6 +43,8 @@ def _as_of(x, version: int):
 
 def _inputs(node) -> list:
     got = [_as_of(x, v) for x, v in zip(node.inputs, node.versions)]
+    if node.olds:  # leaves written since with no gradient recorded: their values then (leaf_writes.py)
+        got = [node.olds.get(i, x) for i, x in enumerate(got)]
     if any(x is None for x in got):
         raise modified_error(node)
     return got
@@ -117,16 +119,41 @@ def _rebuild(
         inputs = _inputs(node)
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
             # its history is the same; only a leaf's values can have changed under it
-            if x is orig and isinstance(x, Tensor) and x._version != ver and x._node is None:
+            if x is orig and isinstance(x, Tensor) and ver is not None and x._version != ver and x._node is None:
                 raise modified_error(node)
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
+        if node.olds:
+            _read_written_leaves(node, vals[id(t)], g, vals, leaves, unpacked)
         if node.packed:
             _unpack(node, vals[id(t)], g, vals, leaves, unpacked, seen)
         if cut is not None and id(t) in cut:
             cut[id(t)] = vals[id(t)]
             vals[id(t)] = b.emit("stop_gradient", vals[id(t)])
     return g, vals, leaves, nodes, unpacked
+
+
+def _read_written_leaves(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict) -> None:
+    """For a node whose leaf inputs were written since with no gradient recorded (node.olds: it computes
+    from their old values), what its VJP reads of them, as torch's saved tensors: the leaf as it is now
+    where the write left its version (through .data); a write that bumped it raises, as torch's."""
+    op = out.producer
+    if op is None or op.name != node.name:
+        return
+    # what the VJP of the gradients wanted reads itself (exp's reads its result, made of the old values)
+    positions = saved_inputs(op, tuple(isinstance(x, Tensor) and x.requires_grad for x in node.inputs))
+    sub = {}
+    for i in node.olds:
+        orig = node.inputs[i]
+        if i in positions:
+            if orig._version != node.versions[i]:
+                raise modified_error(node)
+            if id(orig) not in vals:  # (a leaf that takes no gradient, which no other op reads)
+                vals[id(orig)] = g.add_input(orig._type(), "const")
+                leaves.append(orig)
+            sub[i] = vals[id(orig)]
+    if sub:
+        unpacked[op] = sub
 
 
 def _unpack(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict, seen: dict) -> None:

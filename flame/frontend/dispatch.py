@@ -42,7 +42,9 @@ class Node:
     """How an eager tensor was made, for loss.backward(): op, attributes, inputs and the inputs'
     versions at that time (an in-place change of an input before backward is an error). `freed`:
     a backward() without retain_graph=True went through it (a second one raises, as in PyTorch).
-    `packed`: what saved-tensor hooks packed of the tensors its backward reads (frontend/saved.py)."""
+    `packed`: what saved-tensor hooks packed of the tensors its backward reads (frontend/saved.py).
+    `olds`: {input position: a stand-in of the input's values at recording}, for a leaf whose buffer
+    was written since with no gradient recorded (frontend/leaf_writes.py)."""
 
     name: str
     attrs: dict
@@ -51,6 +53,7 @@ class Node:
     loc: str | None
     freed: bool = False
     packed: dict | None = None
+    olds: dict | None = None
 
     def grad_fn_parts(self) -> tuple[str | None, tuple, Any, list | None]:
         """What Tensor.grad_fn shows of the node: (torch's name, None: made from the op's; the inputs
@@ -93,6 +96,25 @@ def record_versions(inputs: tuple) -> tuple:
         else:
             versions.append(0)
     return tuple(versions)
+
+
+def note_readers(node: Node) -> None:
+    """Note node, weakly, as a reader of the buffer of each leaf it reads (the leaf's, shared with its
+    views and .data tensors): a write into it with no gradient recorded keeps the values the node read
+    (frontend/leaf_writes.py)."""
+    for x in node.inputs:
+        if isinstance(x, Tensor) and x._node is None:
+            owner = x._base if x._base is not None else x
+            if owner._readers is None:
+                owner._readers = weakref.WeakSet()
+            owner._readers.add(node)
+
+
+def share_readers(alias: Tensor, leaf: Tensor) -> None:
+    """alias (leaf's .data: its buffer, not its version counter) shares leaf's readers (note_readers)."""
+    if leaf._readers is None:
+        leaf._readers = weakref.WeakSet()
+    alias._readers = leaf._readers
 
 
 def watched(tensors) -> tuple[int, list]:
@@ -203,6 +225,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
         if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
             t.requires_grad = True
             t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc(name))
+            note_readers(t._node)
             if hooks_installed():
                 t._node.packed = pack_saves(name, attrs, tuple(inputs), t,
                                             lambda x: TensorType((), _scalar_dtype(inputs, x)))

@@ -34,6 +34,7 @@ from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
 from flame.frontend.hooks import hand_over_hooks
 from flame.frontend.index_ops import check_indices, wrap_negative
+from flame.frontend.leaf_writes import keep_old_values
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
 from flame.frontend.views import (
@@ -444,6 +445,8 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
         # leaf), or a constant that leaves t requiring grad (no gradient reaches its old history)
         new = apply("where", full((), True, boolean), new, stand_in(t) if t.requires_grad else new)
     node, needs = new._node, new.requires_grad
+    if node is None:  # t stays a leaf: what nodes read of it is kept
+        keep_old_values(t)
     write(t, new)
     t._version += 1
     t._node, t.requires_grad = node, needs
@@ -540,6 +543,8 @@ def _untracked(t, write_it) -> None:
     before reads it as it was (t._past). A leaf, or a tensor with no gradient history, just takes
     the values."""
     if t._node is None or not t.requires_grad:
+        if t._node is None:  # a leaf: what nodes read of it is kept (a tensor with a history is recomputed)
+            keep_old_values(t)
         write_it()
         return
     old = history_only(Tensor._concrete(t._data, t.dtype))  # its value comes from its history, never this buffer

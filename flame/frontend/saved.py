@@ -83,6 +83,12 @@ def _reads_of(name: str, attrs: dict, types: tuple, needs: tuple | None = None) 
     return _READS[key]
 
 
+def saved_inputs(op: Op, needs: tuple) -> frozenset:
+    """The positions of the inputs op's VJP reads itself (its reading the result aside), the gradients
+    of the inputs at `needs` (True/False each) asked for: the inputs torch's node saves."""
+    return _reads_of(op.name, op.attrs, tuple(x.type for x in op.inputs), needs)[0]
+
+
 class saved_tensors_hooks:
     """torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook): inside the block, pack_hook(t)
     is called on every tensor an op saves for its backward and may return any object; unpack_hook(obj)

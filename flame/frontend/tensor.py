@@ -203,7 +203,7 @@ class Tensor:
 
     __slots__ = ("_data", "_dtype", "_value", "_trace", "_requires_grad", "_grad", "_node", "_vc",
                  "_role", "_past", "_base", "_chain", "_seen", "_hooks", "_retains_grad", "_post_hooks",
-                 "_inference", "__weakref__")
+                 "_inference", "_readers", "__weakref__")
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
     def __init__(self, data: Any = None, dtype: Any = None, requires_grad: bool = False):
@@ -222,6 +222,7 @@ class Tensor:
         self._hooks, self._retains_grad = None, False  # gradient hooks, retain_grad() (frontend/hooks.py)
         self._post_hooks = None  # post-accumulate-grad hooks (frontend/hooks.py)
         self._inference = inference_enabled.get()  # made inside inference_mode (is_inference)
+        self._readers = None  # a leaf's: the nodes that read its buffer (dispatch.note_readers), weakly
 
     @classmethod
     def _concrete(cls, data, dtype: DType) -> Tensor:
@@ -236,7 +237,7 @@ class Tensor:
         t._requires_grad, t._grad, t._node, t._role = False, None, None, None
         t._vc, t._past, t._base, t._chain, t._seen = [0], None, None, (), 0
         t._hooks, t._retains_grad, t._post_hooks = None, False, None
-        t._inference = inference_enabled.get()
+        t._inference, t._readers = inference_enabled.get(), None
         return t
 
     # ---- metadata -------------------------------------------------------------------------------

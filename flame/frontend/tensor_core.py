@@ -17,7 +17,7 @@ from flame.frontend import autocast, opmath
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.default_dtype import as_floating, floating
-from flame.frontend.dispatch import apply, tell_recorder
+from flame.frontend.dispatch import apply, share_readers, tell_recorder
 from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index, reduce_axes
@@ -82,9 +82,10 @@ class TensorCore:
             return self.detach()
         out = Tensor._concrete(self._data, self._dtype)
         if self._node is not None or self._base is not None:
-            # a write through it must reach self's gradient history: a view, as detach()'s (a leaf's .data
-            # shares its buffer alone, with a version counter of its own, as torch's)
+            # a write through it must reach self's gradient history: a view, as detach()'s
             link(out, self, opdef("stop_gradient"), {})
+        else:  # a leaf's shares its buffer alone, with a version counter of its own, as torch's; a write
+            share_readers(out, self)  # through it keeps what nodes read of self (frontend/leaf_writes.py)
         tell_recorder("stop_gradient", (self,), out)
         return out
 
