@@ -231,10 +231,19 @@ def backward(
         for t, new in pairs:
             accumulate_and_notify(t, new)
     run_grad_reducers(t for t, _ in pairs)
-    if not (create_graph if retain_graph is None else retain_graph):
+    free_graph(nodes, order, create_graph if retain_graph is None else retain_graph)
+
+
+
+def free_graph(nodes: list, order: list, retain: bool) -> None:
+    """After a backward without retain_graph: the nodes whose saved tensors it read are freed (a second
+    backward through one raises), and every node it ran is spent (frontend/leaf_writes.py)."""
+    if not retain:
         for node in nodes:
             node.freed = True
-
+        for t in order:
+            if t._node is not None:
+                t._node.spent = True
 
 def _check_gradient(loss: Tensor, gradient) -> Tensor:
     """backward(gradient)'s gradient, a tensor of loss's shape as torch requires (a mismatch is torch's

@@ -210,7 +210,7 @@ def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool, own:
     runs = _running(order, ins) | ({id(t) for t in ins if t._node is not None} if own else set())
     if any(t._hooks or t._retains_grad for t in order):
         got, nodes = hooked_grad(root, ins, order, create, runs)
-        _free(nodes, retain)
+        autograd.free_graph(nodes, [t for t in order if id(t) in runs], retain)
         return got
     g, vals, leaves, _, unpacked = _rebuild(root, order=order, runs=runs)
     used = [t for t in ins if id(t) in vals]
@@ -219,14 +219,8 @@ def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool, own:
     grads = [gvals.get(id(t)) for t in ins]
     known = known_tensors(order, vals) if create else {}
     got = gradient_tensors(g, grads, list(leaves), known, [t.dtype for t in ins], create)
-    _free(nodes, retain)
+    autograd.free_graph(nodes, [t for t in order if id(t) in runs], retain)
     return got
-
-
-def _free(nodes: list, retain: bool) -> None:
-    if not retain:
-        for node in nodes:
-            node.freed = True
 
 
 def _finish(ins: Sequence[Tensor], got: list, allow_unused: bool, materialize: bool) -> tuple:

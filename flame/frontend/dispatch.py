@@ -44,7 +44,9 @@ class Node:
     a backward() without retain_graph=True went through it (a second one raises, as in PyTorch).
     `packed`: what saved-tensor hooks packed of the tensors its backward reads (frontend/saved.py).
     `olds`: {input position: a stand-in of the input's values at recording}, for a leaf whose buffer
-    was written since with no gradient recorded (frontend/leaf_writes.py)."""
+    was written since with no gradient recorded (frontend/leaf_writes.py). `spent`: a backward()
+    without retain_graph=True ran through it (a later write into a leaf it read keeps no old values for
+    it: its gradient has been taken)."""
 
     name: str
     attrs: dict
@@ -54,6 +56,7 @@ class Node:
     freed: bool = False
     packed: dict | None = None
     olds: dict | None = None
+    spent: bool = False
 
     def grad_fn_parts(self) -> tuple[str | None, tuple, Any, list | None]:
         """What Tensor.grad_fn shows of the node: (torch's name, None: made from the op's; the inputs

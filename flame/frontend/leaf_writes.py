@@ -11,7 +11,9 @@ nodes per buffer, shared by the leaf, its views and its .data tensors) copies th
 hands each such node a stand-in for that input: a tensor of the old values whose gradient flows to the
 leaf (straight_through of the leaf and the copy). The backward recomputes through the stand-in, and
 where the node's VJP reads the input itself it reads the leaf, or raises where the write bumped the
-leaf's version (autograd._rebuild). Nothing is copied where no live node read the buffer."""
+leaf's version (autograd._rebuild). Nothing is copied where no live node read the buffer, nor for a
+node a backward without retain_graph has run (Node.spent): an eager loop's update after its backward,
+its graph still bound, copies nothing."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def keep_old_values(t: Tensor) -> None:
         return
     copies: dict[int, Tensor] = {}
     for node in list(readers):
-        if node.freed:  # (a backward through it raises)
+        if node.freed or node.spent:  # a backward took its gradient (through a freed one, another raises)
             continue
         olds = node.olds if node.olds is not None else {}
         for i, x in enumerate(node.inputs):

@@ -146,3 +146,33 @@ def _constant_view(lib):
 
 def test_a_saved_constant_written_through_data():
     np.testing.assert_allclose(_constant_view(flame), _constant_view(torch), rtol=1e-12)
+
+
+def test_a_write_after_the_backward_keeps_no_old_values(monkeypatch):
+    """An ordinary eager loop writes its parameters after the backward, its graph still bound: the
+    nodes that backward ran (a bias add, which saves nothing and is not freed) keep no copies."""
+    from flame.frontend import leaf_writes
+
+    copies = []
+    made = leaf_writes._stand_in
+    monkeypatch.setattr(leaf_writes, "_stand_in", lambda x: copies.append(x) or made(x))
+    w = flame.tensor(np.array([[1.0, 2.0], [3.0, 4.0]]), requires_grad=True)
+    b = flame.tensor(np.array([0.5, -0.5]), requires_grad=True)
+    opt = flame.optim.SGD([w, b], lr=0.1)
+    x = flame.tensor(np.array([[1.0, -1.0]]))
+    for _ in range(3):
+        loss = ((x @ w.t() + b) ** 2).sum()
+        loss.backward()
+        opt.step()  # `loss` and its graph are still bound here
+        opt.zero_grad()
+    assert copies == []
+    tw = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor([0.5, -0.5], dtype=torch.float64, requires_grad=True)
+    topt = torch.optim.SGD([tw, tb], lr=0.1)
+    for _ in range(3):
+        tloss = ((torch.tensor([[1.0, -1.0]], dtype=torch.float64) @ tw.t() + tb) ** 2).sum()
+        tloss.backward()
+        topt.step()
+        topt.zero_grad()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(b.numpy(), tb.detach().numpy(), rtol=1e-12)
