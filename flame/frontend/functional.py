@@ -115,20 +115,11 @@ def softmax_dim(name: str, ndim: int, dim: int | None) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
-def _floating_input(name: str, x: Tensor) -> None:
-    """torch's softmax kernels exist for floating dtypes only: an integer or bool input (with no floating
-    `dtype` asked) raises, as in PyTorch."""
-    if not x.dtype.is_float:
-        raise DTypeError(f"{name}: not implemented for {x.dtype} input, as in PyTorch (pass dtype=flame.float32 or "
-                         f"convert with .float())\n  at {user_location()}")
-
-
-def floating_only(name: str, x: Tensor) -> None:
-    """torch's kernel of the activation `name` exists for floating dtypes only: an integer or bool input raises
-    (flame would otherwise compute it in f32), as in PyTorch."""
+def floating_only(name: str, x: Tensor, fix: str = "convert it with .float()") -> None:
+    """torch's kernel of `name` (an activation, softmax) exists for floating dtypes only: an integer or
+    bool input raises (flame would otherwise compute it in f32), as in PyTorch; `fix` says what to do."""
     if isinstance(x, Tensor) and not x.dtype.is_float:
-        raise DTypeError(f"{name}: not implemented for {x.dtype} input, as in PyTorch (convert it with .float())\n"
-                         f"  at {user_location()}")
+        raise DTypeError(f"{name}: not implemented for {x.dtype} input, as in PyTorch ({fix})\n  at {user_location()}")
 
 
 def _empty_along(x: Tensor, dim: int) -> bool:
@@ -140,7 +131,7 @@ def _empty_along(x: Tensor, dim: int) -> bool:
 def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
     """exp(x) / sum(exp(x)) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
-    _floating_input("softmax", x)
+    floating_only("softmax", x, fix="pass dtype=flame.float32 or convert with .float()")
     dim = softmax_dim("softmax", x.ndim, dim)
     if _empty_along(x, dim):
         return x * 1
@@ -185,7 +176,7 @@ def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
     """x - logsumexp(x) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
-    _floating_input("log_softmax", x)
+    floating_only("log_softmax", x, fix="pass dtype=flame.float32 or convert with .float()")
     dim = softmax_dim("log_softmax", x.ndim, dim)
     if _empty_along(x, dim):
         return x * 1

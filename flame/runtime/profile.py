@@ -92,7 +92,7 @@ def _rate(plan: Plan, unit: Unit, ms: float) -> str:
 
 
 def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: float,
-                 on: str = "the given inputs") -> str:
+                 on: str) -> str:
     """Each kernel and library call of `plan` alone on the GPU, on the values a run on `inputs` gives
     it (`on` says what those inputs are), sorted by time."""
     import cupy
