@@ -12,7 +12,7 @@ import numpy as np
 
 from flame.errors import FlameError
 from flame.ir.evaluate import evaluate_graph
-from flame.plan.steps import ConvCall, MatmulCall, Plan
+from flame.plan.steps import ConvCall, Copy, MatmulCall, Plan
 from flame.runtime.reference import STEP_HANDLERS, bind
 from flame.runtime.stepwise import GpuUnitRunner, Unit, units
 
@@ -108,11 +108,14 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
                              f"({'+'.join(o.name for o in unit.ops)}) failed: {e}") from e
         how.add(timer)
         rows.append((ms, unit, _rate(plan, unit, ms)))
+    copies = [s for s in plan.steps if isinstance(s, Copy) and plan.buffers[s.dst].nbytes]
+    copies_ms = _copies_gpu_ms(plan, copies, repeat) if copies else 0.0
     cupy.cuda.Device().synchronize()
-    total = sum(ms for ms, _, _ in rows)
+    total = sum(ms for ms, _, _ in rows) + copies_ms
     side = sum(ms for ms, unit, _ in rows if getattr(unit.steps[0], "side", False))
     overlapped = f", {side * 1e3:.1f} us of it on the side stream beside other kernels" if side else ""
-    lines = [f"== {plan.name}: {len(rows)} kernels, {total * 1e3:.1f} us of GPU time per step{overlapped} "
+    copied = f" and {len(copies)} copies" if copies else ""
+    lines = [f"== {plan.name}: {len(rows)} kernels{copied}, {total * 1e3:.1f} us of GPU time per step{overlapped} "
              f"(copy bandwidth {peak_gbs:.0f} GB/s; each kernel alone, timed by {' and '.join(sorted(how))}, on {on}) =="]
     for ms, unit, rate in sorted(rows, key=lambda r: -r[0]):
         pct = ""
@@ -122,7 +125,27 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
         where = " on side stream" if getattr(unit.steps[0], "side", False) else ""
         lines.append(f"  {ms * 1e3:9.1f} us {100 * ms / total:5.1f}%  {rate}{pct}  [{unit.index}] {unit.name}{where} "
                      f"({ops})")
+    if copies:
+        moved = sum(plan.buffers[c.dst].nbytes for c in copies)
+        lines.append(f"  {copies_ms * 1e3:9.1f} us {100 * copies_ms / total:5.1f}%  copies: {len(copies)} device "
+                     f"copies of {moved} bytes between buffers, back to back (the plan's Copy steps)")
     return "\n".join(lines)
+
+
+def _copies_gpu_ms(plan: Plan, copies: list[Copy], repeat: int) -> float:
+    """GPU time of the plan's Copy steps (an in-place update whose input is read after it, a returned
+    input), issued back to back as a run issues them, each between buffers of its size."""
+    import cupy
+
+    from flame.runtime.cuda_steps import STEP_HANDLERS
+
+    bufs = {b: cupy.empty(plan.buffers[b].nbytes, dtype=cupy.uint8) for c in copies for b in (c.src, c.dst)}
+
+    def launch(stream):
+        for c in copies:
+            STEP_HANDLERS[Copy](c, None, bufs, stream)
+
+    return _unit_gpu_ms(launch, repeat)[0]
 
 
 def profile_records(titled, repeat: int = 20) -> str:

@@ -45,3 +45,34 @@ def test_profile_lists_kernels_with_rates(capsys):
     out = capsys.readouterr().out
     assert "== train_step (trace 1; inputs f32[32,8], i64[32]):" in out and "GB/s" in out and "TFLOP/s" in out
     assert "reference executor" not in out  # GPU time, not the CPU fallback
+
+
+COPIES_SCRIPT = """
+import numpy as np
+import flame
+
+
+@flame.compile
+def views(x):
+    y = x.exp()
+    return y.reshape(3, 2), y, x.reshape(6), x  # the input and its view come back as copies
+
+
+views(flame.tensor(np.arange(6, dtype=np.float32).reshape(2, 3)))
+"""
+
+
+def test_profile_counts_the_plans_copies(capsys, tmp_path):
+    script = tmp_path / "copies.py"
+    script.write_text(COPIES_SCRIPT)
+    assert main(["dump", str(script), "--out", str(tmp_path / "d")]) == 0
+    (plan,) = (tmp_path / "d").glob("*/plan.txt")
+    n = plan.read_text().count(" = copy b")
+    assert n >= 2
+    capsys.readouterr()
+    assert main(["profile", "--repeat", "3", str(script)]) == 0
+    out = capsys.readouterr().out
+    head = next(ln for ln in out.splitlines() if ln.startswith("== views"))
+    assert f"kernels and {n} copies, " in head
+    row = next(ln for ln in out.splitlines() if "copies:" in ln)
+    assert f"copies: {n} device copies of" in row and float(row.split()[0]) > 0
