@@ -80,7 +80,7 @@ SNIPPETS: dict[str, dict[str, str]] = {
     "sub": {"*": "({0} - {1})"},
     "straight_through": {"*": "({1})"},
     "mul": {"*": "({0} * {1})"},
-    "div": {"f32": "flame_div({0}, {1})", "*": "({0} / {1})"},
+    "div": {"*": "({0} / {1})"},
     "pow": _f("powf({0}, {1})", "pow({0}, {1})", "flame_ipow({0}, {1})"),
     "floor_divide": {"*": "flame_floordiv({0}, {1})"},
     "bitwise": {"int/and": "({0} & {1})", "bool/and": "({0} && {1})", "int/or": "({0} | {1})",
@@ -304,20 +304,6 @@ template <typename T> __device__ __forceinline__ T flame_polygamma(T order, T x)
 }
 #endif"""
 
-# IEEE division (x / y rounded once) without the slow path a zero dividend takes: CUDA's division checks
-# its operands' exponents (FCHK) and calls a subroutine for those outside the fast sequence's range, a
-# zero dividend among them. Zero divided by y is a signed zero (the operands' signs' xor), or NaN where
-# y is zero or NaN, and is given directly; the division then sees a nonzero dividend
-_FDIV = r"""#ifndef FLAME_FDIV
-#define FLAME_FDIV
-static __device__ __forceinline__ float flame_div(float x, float y) {
-  const float q = (x == 0.0f ? 1.0f : x) / y;
-  if (x != 0.0f) return q;
-  return (y == 0.0f || y != y) ? __int_as_float(0x7fffffff)
-                               : __int_as_float((__float_as_int(x) ^ __float_as_int(y)) & 0x80000000);
-}
-#endif"""
-
 _SATURATE = (
     "#ifndef FLAME_FP8_SATURATE\n#define FLAME_FP8_SATURATE\n"
     + "".join(
@@ -330,7 +316,7 @@ _SATURATE = (
 PRELUDES: dict[str, str | dict[str, str]] = {
     "scaled_cast": _SATURATE, "random_uniform": _PHILOX, "random_normal": _PHILOX, "floor_divide": _DIVMOD,
     "remainder": _DIVMOD, "fmod": {"int": _DIVMOD}, "pow": {"int": _INTBITS}, "bitwise": _INTBITS,
-    "digamma": _SPECIAL, "polygamma": _SPECIAL, "div": {"float": _FDIV, "float8": _FDIV}}
+    "digamma": _SPECIAL, "polygamma": _SPECIAL}
 
 
 @dataclass(frozen=True)

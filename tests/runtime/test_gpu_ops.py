@@ -113,8 +113,8 @@ def test_elementwise_over_2_pow_31_elements():
 
 @pytest.mark.gpu
 def test_f32_division_of_zeros_and_special_values_bit_for_bit():
-    """flame_div gives a zero dividend's quotient directly (the division's slow path skipped): signed
-    zeros, NaN for 0/0 and 0/NaN, and every other quotient as IEEE division rounds it, as NumPy."""
+    """f32 division of zeros, denormals, infinities and NaN: signed zeros, NaN for 0/0 and 0/NaN, and
+    every other quotient as IEEE division rounds it, as NumPy."""
     tiny = np.float32(1e-45)  # the smallest denormal: 1 / tiny overflows, 0 / tiny is 0
     specials = np.array([0.0, -0.0, 1.0, -3.5, 1e-38, tiny, -tiny, np.inf, -np.inf, np.nan, 3e38, 7.0],
                         dtype=np.float32)
