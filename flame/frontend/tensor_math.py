@@ -22,7 +22,7 @@ from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.nextafter import nextafter
-from flame.frontend.promotion import result_type
+from flame.frontend.promotion import alpha_check, coefficient, result_type
 from flame.frontend.tensor import Tensor, dim_index, int_arg, reduce_axes
 from flame.frontend.tensor_core import cat, full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
@@ -127,7 +127,11 @@ class TensorMath:
         return self.tensordot(other, ([-1], [-1]))
 
     def addr(self, vec1, vec2, *, beta=1, alpha=1):
-        """beta * self + alpha * outer(vec1, vec2), as torch.addr (beta = 0: self is not read)."""
+        """beta * self + alpha * outer(vec1, vec2), as torch.addr (beta = 0: self is not read; a float beta or
+        alpha with integer tensors raises, as torch's alpha_check)."""
+        dt = result_type(self, vec1, vec2)
+        alpha_check("addr", "beta", beta, dt)
+        alpha_check("addr", "alpha", alpha, dt)
         prod = vec1.outer(vec2)
         prod = prod * alpha if alpha != 1 else prod
         return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
@@ -135,7 +139,9 @@ class TensorMath:
     def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         """beta * self + alpha * the sum over the batch of batch1[i] @ batch2[i], as torch.addbmm."""
         _batches("addbmm", batch1, batch2)
-        prod = self.__class__.bmm(batch1, batch2).sum(0)
+        beta, alpha = _coefficients("addbmm", beta, alpha, self, batch1, batch2)
+        prod = self.__class__.bmm(batch1, batch2)
+        prod = prod.sum(0, dtype=prod.dtype)  # in the batches' dtype (an int32 sum stays int32), as torch's
         prod = prod * alpha if alpha != 1 else prod
         return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
 
@@ -156,6 +162,7 @@ class TensorMath:
         beta = 0 self is not read, so its NaN and inf do not propagate)."""
         _ranks("addmm", (mat1, 2), (mat2, 2))
         self, mat1, mat2 = _lowered(self, mat1, mat2)  # autocast: all three in the low dtype, as torch's
+        beta, alpha = _coefficients("addmm", beta, alpha, self, mat1, mat2)
         if beta == 1 and alpha == 1 and bias_vector(self, mat2.shape[-1]):
             return matmul_add(mat1, mat2, self)  # a bias vector: added before the one rounding, as torch's
         if rounds_once(mat1, mat2, self, (mat1.shape[0], mat2.shape[1])):
@@ -172,6 +179,7 @@ class TensorMath:
         """beta * self + alpha * (batch1 @ batch2) over a batch, as torch.baddbmm."""
         self, batch1, batch2 = _lowered(self, batch1, batch2)  # autocast: all three in the low dtype
         _batches("baddbmm", batch1, batch2)
+        beta, alpha = _coefficients("baddbmm", beta, alpha, self, batch1, batch2)
         if beta == 1 and alpha == 1 and bias_vector(self, batch2.shape[-1]):
             return matmul_add(batch1, batch2, self)  # a bias vector: added before the one rounding, as torch's
         if rounds_once(batch1, batch2, self, (batch1.shape[0], batch1.shape[1], batch2.shape[2])):
@@ -604,7 +612,8 @@ class TensorMath:
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's
         kernel)."""
-        value = value.detach() if isinstance(value, Tensor) else value  # a 0-d tensor: its value, as torch
+        # in the tensors' dtype, as torch's Scalar (an integer result stays integer); a 0-d tensor: its value
+        value = coefficient("addcmul", "value", value, result_type(self, tensor1, tensor2))
         one = opmath.is_one(value)
         out = opmath.fused(lambda x, a, b: x + (a * b if one else value * a * b), self, tensor1, tensor2)
         if out.dtype not in (f16, bf16):
@@ -746,6 +755,13 @@ class TensorMath:
 
     def vdot(self, other):
         return more_math.vdot(self, other)
+
+
+def _coefficients(op: str, beta, alpha, *tensors):
+    """beta and alpha of a GEMM with an added input (addmm and kin) in the tensors' result dtype, as torch's
+    Scalars: for integer tensors truncated to integers, so the result stays integer."""
+    dt = result_type(*tensors)
+    return coefficient(op, "beta", beta, dt), coefficient(op, "alpha", alpha, dt)
 
 
 def _lowered(*tensors):
