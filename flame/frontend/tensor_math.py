@@ -22,9 +22,10 @@ from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.nextafter import nextafter
+from flame.frontend.prod_backward import with_prod_backward
 from flame.frontend.promotion import alpha_check, coefficient, result_type
 from flame.frontend.tensor import Tensor, dim_index, int_arg, reduce_axes
-from flame.frontend.tensor_core import cat, full, matmul, pad, where
+from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, i64, u8
 
@@ -414,15 +415,14 @@ class TensorMath:
     @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
     def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
         """The product over dim (every element when None), as torch.prod: the last running product of
-        cumprod, so it differentiates as cumprod does (zeros included); f16 / bf16 take the gradient of
-        PyTorch's prod_backward (_prod_backward)."""
+        cumprod; its gradient PyTorch's prod_backward (prod_backward.with_prod_backward)."""
         x = self.to(dtype) if dtype is not None else (self if self.dtype.is_float else self.to(i64))  # ints: int64
         # the product of nothing is 1, plus the (zero) sum of nothing: a result x's gradient flows to, as torch's
         if dim is None:
             flat = x.reshape(-1)
             if not flat.shape[0]:
                 return full((), 1, x.dtype) + flat.sum().to(x.dtype)
-            return _prod_backward(flat, 0, False, flat.cumprod(0, dtype=x.dtype)[-1])
+            return with_prod_backward(flat, 0, False, flat.cumprod(0, dtype=x.dtype)[-1], whole=True)
         axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
             return x.clone()  # a new tensor, as torch's: a write into it must not reach the input
@@ -431,7 +431,7 @@ class TensorMath:
             out = out + x.sum(axis, keepdim=True).to(x.dtype)
             return out if keepdim else out.squeeze(axis)
         out = x.cumprod(axis, dtype=x.dtype).narrow(axis, x.shape[axis] - 1, 1)  # an int dtype asked stays
-        return _prod_backward(x, axis, keepdim, out if keepdim else out.squeeze(axis))
+        return with_prod_backward(x, axis, keepdim, out if keepdim else out.squeeze(axis))
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def nansum(self, dim=None, keepdim: bool = False, *, dtype=None):
@@ -782,18 +782,3 @@ def _promoted(fn, *tensors):
     tensors = cast_inputs("promote", tensors)
     with autocast(enabled=False):
         return fn(*tensors)
-
-
-def _prod_backward(x: Tensor, axis: int, keepdim: bool, value: Tensor) -> Tensor:
-    """value, the product of an f16 / bf16 x along axis, with PyTorch's prod_backward as its gradient, in x's
-    dtype: grad * (result / x) where no element of x is zero, else grad times the product of the others
-    (exclusive cumprods from both ends); other dtypes: value as it is."""
-    if not opmath.half_gradient(x):
-        return value
-    t, n = x.detach(), x.shape[axis]
-    res = value.detach() if keepdim else value.detach().unsqueeze(axis)
-    one = full(tuple(1 if a == axis else m for a, m in enumerate(x.shape)), 1, x.dtype)
-    before = cat([one, t.narrow(axis, 0, n - 1)], axis).cumprod(axis)
-    after = cat([one, t.narrow(axis, 1, n - 1).flip(axis)], axis).cumprod(axis).flip(axis)
-    coef = where((t == 0).any(), before * after, res / t)
-    return apply("straight_through", (x * coef).sum(axis, keepdim=keepdim), value)
