@@ -188,6 +188,7 @@ def trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, di
     """The trapezoid rule's integral of y along dim: over sample points x, or spacing dx (default 1). As
     torch's: with dx, (sum(y) - (y[0] + y[-1]) / 2) * dx (an integer sum in int64); with x,
     sum(diff(x) * (y[1:] + y[:-1])) / 2."""
+    _no_bool("trapezoid", y)
     d = dim_index("trapezoid", dim, y.ndim)
     if not y.shape[d]:
         return _trapezoids(y, x, dx, dim).sum(d)
@@ -198,7 +199,14 @@ def trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, di
 
 def cumulative_trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1) -> Tensor:
     """The trapezoid rule's running integral of y along dim (one element shorter)."""
+    _no_bool("cumulative_trapezoid", y)
     return _trapezoids(y, x, dx, dim).cumsum(dim_index("cumulative_trapezoid", dim, y.ndim))
+
+
+def _no_bool(op: str, y: Tensor) -> None:
+    if isinstance(y, Tensor) and y.dtype == boolean:
+        raise DTypeError(f"{op}: received a bool input for `y`, but bool is not supported (as in PyTorch)\n"
+                         f"  at {user_location()}")
 
 
 def _trapezoids(y: Tensor, x: Tensor | None, dx: float | None, dim: int, halved: bool = True) -> Tensor:

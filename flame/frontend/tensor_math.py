@@ -576,8 +576,10 @@ class TensorMath:
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def trace(self):
-        """The sum of a matrix's diagonal, as torch.trace."""
+        """The sum of a matrix's diagonal, as torch.trace (not of a bool matrix, as torch's)."""
         _ranks("trace", (self, 2))
+        if self.dtype == boolean:
+            raise DTypeError(f'trace: "trace" not implemented for \'Bool\' (as in PyTorch)\n  at {user_location()}')
         return self.diagonal().sum()
 
     # ---- interpolation and fused products (optimizer and EMA code) -------------------------------
