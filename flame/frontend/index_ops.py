@@ -29,7 +29,7 @@ from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.frontend import tensor as _t
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
-from flame.frontend.promotion import fits
+from flame.frontend.promotion import coefficient, fits
 from flame.frontend.tensor_core import full, pad, where
 from flame.frontend.views import new_tensor
 from flame.ir.dtypes import boolean
@@ -281,6 +281,7 @@ def index_add(x, dim: int, index, source, *, alpha=1):
     if x.ndim == 0:
         return _one_element("index_add", index_add, x, dim, index, source, alpha=alpha)
     axis, idx = _along("index_add", x, dim, index, source)
+    alpha = coefficient("index_add", "alpha", alpha, x.dtype)  # in x's dtype, as torch's Scalar
     return apply("scatter_add", x, idx, source * alpha if alpha != 1 else source, axis=axis)
 
 

@@ -22,7 +22,7 @@ from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import vector_norm
 from flame.frontend.opmath import composite, float_gradient, fused, half_gradient, wants_gradient
-from flame.frontend.promotion import fits, result_type
+from flame.frontend.promotion import coefficient, fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
 from flame.ir.dtypes import boolean, f64, i32, i64
@@ -144,7 +144,10 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:  # noqa: A002
 
 @policy("lower")  # autocast: on PyTorch's lower-precision list
 def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:  # noqa: A002
-    """beta * input + alpha * (mat @ vec)."""
+    """beta * input + alpha * (mat @ vec); beta and alpha in the tensors' dtype (integer tensors: truncated
+    to integers), as torch's Scalars."""
+    dt = result_type(input, mat, vec)
+    beta, alpha = coefficient("addmv", "beta", beta, dt), coefficient("addmv", "alpha", alpha, dt)
     mv = mat @ vec
     return (mv if alpha == 1 else mv * alpha) + (input if beta == 1 else input * beta)
 
@@ -185,6 +188,7 @@ def trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, di
     """The trapezoid rule's integral of y along dim: over sample points x, or spacing dx (default 1). As
     torch's: with dx, (sum(y) - (y[0] + y[-1]) / 2) * dx (an integer sum in int64); with x,
     sum(diff(x) * (y[1:] + y[:-1])) / 2."""
+    _no_bool("trapezoid", y)
     d = dim_index("trapezoid", dim, y.ndim)
     if not y.shape[d]:
         return _trapezoids(y, x, dx, dim).sum(d)
@@ -195,7 +199,14 @@ def trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, di
 
 def cumulative_trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1) -> Tensor:
     """The trapezoid rule's running integral of y along dim (one element shorter)."""
+    _no_bool("cumulative_trapezoid", y)
     return _trapezoids(y, x, dx, dim).cumsum(dim_index("cumulative_trapezoid", dim, y.ndim))
+
+
+def _no_bool(op: str, y: Tensor) -> None:
+    if isinstance(y, Tensor) and y.dtype == boolean:
+        raise DTypeError(f"{op}: received a bool input for `y`, but bool is not supported (as in PyTorch)\n"
+                         f"  at {user_location()}")
 
 
 def _trapezoids(y: Tensor, x: Tensor | None, dx: float | None, dim: int, halved: bool = True) -> Tensor:

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from flame.errors import ArgumentTypeError, OverflowValueError
+from flame.errors import ArgumentTypeError, DTypeError, OverflowValueError
 from flame.frontend.context import user_location
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
@@ -104,17 +104,48 @@ def promote_types(type1, type2) -> DType:
 
 def fits(op: str, name: str, value, dt) -> None:
     """A Python number argument (None and tensors pass) converts to dt, else OverflowValueError, as
-    PyTorch's checked conversion of a Scalar refuses it: a floating dt takes its finite range, infinities
-    and NaN; a signed integer dt its range; an unsigned one down to minus its largest value (which
-    wraps, as two's complement); bool anything."""
+    PyTorch's checked conversion of a Scalar refuses it (c10's overflows): a floating dt takes its finite
+    range, infinities and NaN; an integer dt a float within its range (NaN and infinities refused); a
+    signed integer dt an int within its range, an unsigned one an int down to minus its largest value
+    (which wraps, as two's complement); bool anything."""
     if value is None or isinstance(value, Tensor) or isinstance(value, (bool, np.bool_)) or dt == boolean:
         return
     v = float(value) if dt.is_float else value
     if dt.is_float and not math.isfinite(v):
         return
     lo, hi = value_range(dt)
-    if not dt.is_float and lo == 0:
+    if not dt.is_float and lo == 0 and isinstance(value, (int, np.integer)):
         lo = -hi
-    if v < lo or v > hi:
+    if not lo <= v <= hi:  # NaN too
         raise OverflowValueError(f"{op}: {name}={value!r} cannot be converted to {dt.name} without overflow (its "
                                  f"values run from {lo:g} to {hi:g})\n  at {user_location()}")
+
+
+def alpha_check(op: str, name: str, value, dt: DType) -> None:
+    """PyTorch's alpha_check (add, sub, addr): a bool coefficient `name` only for a bool result, a float one
+    only for a floating result; else DTypeError in torch's words."""
+    if isinstance(value, (bool, np.bool_)) and dt != boolean:
+        raise DTypeError(f"{op}: Boolean {name} only supported for Boolean results (as in PyTorch)\n"
+                         f"  at {user_location()}")
+    if isinstance(value, (float, np.floating)) and not dt.is_float:
+        raise DTypeError(f"{op}: for integral input tensors, argument {name} must not be a floating point number "
+                         f"(as in PyTorch)\n  at {user_location()}")
+
+
+def coefficient(op: str, name: str, value, dt: DType):
+    """A scalar coefficient (alpha, beta, value) of an op whose result has dtype dt, as PyTorch's kernels
+    take it: converted to dt rather than taking part in the promotion, so an integer result stays
+    integer, a float coefficient truncated toward zero (addmm(beta=2.7) of int64 tensors scales by 2); one
+    dt cannot hold raises (`fits`). A 0-d tensor counts as its value (detached; cast to an integer dt, its
+    value checked where known: eagerly)."""
+    if isinstance(value, Tensor):
+        value = value.detach()
+        if dt.is_float or dt == boolean:
+            return value
+        if not value.is_traced and value.dtype.is_float:
+            fits(op, name, value.item(), dt)
+        return value.to(dt)
+    if dt.is_float or dt == boolean or isinstance(value, (bool, np.bool_)):
+        return value
+    fits(op, name, value, dt)
+    return int(value)

@@ -9,8 +9,7 @@ the position's. So:
   the last write to a position, the one that stays (index_ops' rule), is its largest (smallest);
 - prod sorts the writes by position (stably, so each position's factors keep their order), multiplies
   them within each run of equal positions by a doubling scan (log2 of the length steps) and adds the
-  last of each run into place: its gradient, by autodiff, is each factor's product of the others,
-  zeros included, as PyTorch's.
+  last of each run into place; its gradient is PyTorch's formula, given by a linear form.
 
 Gradients are PyTorch's: amax and amin share a position's gradient evenly among the values equal to
 its result, the input's own value counted even where include_self=False (PyTorch's rule), given by a
@@ -24,6 +23,7 @@ from flame.frontend import tensor as _t
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.index_ops import _check_extent, _index_tensor, _one_d, check_indices
+from flame.frontend.opmath import float_gradient
 from flame.frontend.tensor_core import full, pad, where
 from flame.frontend.views import new_tensor
 from flame.ir.dtypes import boolean, i64
@@ -135,7 +135,7 @@ def _extreme(x, axis, index, src, include_self, largest: bool):
     return apply("straight_through", lin, value)
 
 
-def _prod(x, axis, index, src, include_self):
+def _product(x, axis, index, src, include_self):
     order = index.argsort(dim=axis, stable=True)
     pos, y = index.gather(axis, order), src.gather(axis, order)
     length, step = index.shape[axis], 1
@@ -148,6 +148,28 @@ def _prod(x, axis, index, src, include_self):
     red = apply("scatter_add", full(tuple(x.shape), 0, x.dtype), pos, where(last, y, full((), 0, x.dtype)),
                 axis=axis)
     return where(_written(x, axis, index), x * red if include_self else red, x)
+
+
+def _prod(x, axis, index, src, include_self):
+    """The product (_product), with PyTorch's gradient given by a linear form: x's the result over x (a zero
+    of x replaced by one: the product of the others), src's the result over src, or where src is a
+    position's only zero the product of the others (a NaN or infinity reaches only its own position's
+    factors, not, through the scan's where, the other positions' factors)."""
+    value = _product(x, axis, index, src, include_self)
+    if not (float_gradient(x) or float_gradient(src)):
+        return value
+    v, s, one = x.detach(), src.detach(), full((), 1, x.dtype)
+    unzeroed = where(v == 0, one, v)
+    c_self = _product(unzeroed, axis, index, s, include_self) / unzeroed
+    if not include_self:
+        c_self = where(_written(x, axis, index), full((), 0, x.dtype), c_self)
+    zero = s == 0
+    zeros = apply("scatter_add", full(tuple(x.shape), 0, x.dtype), index, zero.to(x.dtype), axis=axis)
+    single = zero & (zeros.gather(axis, index) == 1)
+    others = _product(v, axis, index, where(single, one, s), include_self).gather(axis, index)
+    c_src = where(single, others, value.detach().gather(axis, index) / where(zero, one, s))
+    lin = apply("scatter_add", x * c_self, index, src * c_src, axis=axis)
+    return apply("straight_through", lin, value)
 
 
 def _shift(t, axis: int, by: int, fill):

@@ -22,9 +22,10 @@ from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.nextafter import nextafter
-from flame.frontend.promotion import result_type
+from flame.frontend.prod_backward import with_prod_backward
+from flame.frontend.promotion import alpha_check, coefficient, result_type
 from flame.frontend.tensor import Tensor, dim_index, int_arg, reduce_axes
-from flame.frontend.tensor_core import cat, full, matmul, pad, where
+from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, i64, u8
 
@@ -127,7 +128,11 @@ class TensorMath:
         return self.tensordot(other, ([-1], [-1]))
 
     def addr(self, vec1, vec2, *, beta=1, alpha=1):
-        """beta * self + alpha * outer(vec1, vec2), as torch.addr (beta = 0: self is not read)."""
+        """beta * self + alpha * outer(vec1, vec2), as torch.addr (beta = 0: self is not read; a float beta or
+        alpha with integer tensors raises, as torch's alpha_check)."""
+        dt = result_type(self, vec1, vec2)
+        alpha_check("addr", "beta", beta, dt)
+        alpha_check("addr", "alpha", alpha, dt)
         prod = vec1.outer(vec2)
         prod = prod * alpha if alpha != 1 else prod
         return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
@@ -135,7 +140,9 @@ class TensorMath:
     def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         """beta * self + alpha * the sum over the batch of batch1[i] @ batch2[i], as torch.addbmm."""
         _batches("addbmm", batch1, batch2)
-        prod = self.__class__.bmm(batch1, batch2).sum(0)
+        beta, alpha = _coefficients("addbmm", beta, alpha, self, batch1, batch2)
+        prod = self.__class__.bmm(batch1, batch2)
+        prod = prod.sum(0, dtype=prod.dtype)  # in the batches' dtype (an int32 sum stays int32), as torch's
         prod = prod * alpha if alpha != 1 else prod
         return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
 
@@ -156,6 +163,7 @@ class TensorMath:
         beta = 0 self is not read, so its NaN and inf do not propagate)."""
         _ranks("addmm", (mat1, 2), (mat2, 2))
         self, mat1, mat2 = _lowered(self, mat1, mat2)  # autocast: all three in the low dtype, as torch's
+        beta, alpha = _coefficients("addmm", beta, alpha, self, mat1, mat2)
         if beta == 1 and alpha == 1 and bias_vector(self, mat2.shape[-1]):
             return matmul_add(mat1, mat2, self)  # a bias vector: added before the one rounding, as torch's
         if rounds_once(mat1, mat2, self, (mat1.shape[0], mat2.shape[1])):
@@ -172,6 +180,7 @@ class TensorMath:
         """beta * self + alpha * (batch1 @ batch2) over a batch, as torch.baddbmm."""
         self, batch1, batch2 = _lowered(self, batch1, batch2)  # autocast: all three in the low dtype
         _batches("baddbmm", batch1, batch2)
+        beta, alpha = _coefficients("baddbmm", beta, alpha, self, batch1, batch2)
         if beta == 1 and alpha == 1 and bias_vector(self, batch2.shape[-1]):
             return matmul_add(batch1, batch2, self)  # a bias vector: added before the one rounding, as torch's
         if rounds_once(batch1, batch2, self, (batch1.shape[0], batch1.shape[1], batch2.shape[2])):
@@ -406,15 +415,14 @@ class TensorMath:
     @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
     def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
         """The product over dim (every element when None), as torch.prod: the last running product of
-        cumprod, so it differentiates as cumprod does (zeros included); f16 / bf16 take the gradient of
-        PyTorch's prod_backward (_prod_backward)."""
+        cumprod; its gradient PyTorch's prod_backward (prod_backward.with_prod_backward)."""
         x = self.to(dtype) if dtype is not None else (self if self.dtype.is_float else self.to(i64))  # ints: int64
         # the product of nothing is 1, plus the (zero) sum of nothing: a result x's gradient flows to, as torch's
         if dim is None:
             flat = x.reshape(-1)
             if not flat.shape[0]:
                 return full((), 1, x.dtype) + flat.sum().to(x.dtype)
-            return _prod_backward(flat, 0, False, flat.cumprod(0, dtype=x.dtype)[-1])
+            return with_prod_backward(flat, 0, False, flat.cumprod(0, dtype=x.dtype)[-1], whole=True)
         axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
             return x.clone()  # a new tensor, as torch's: a write into it must not reach the input
@@ -423,7 +431,7 @@ class TensorMath:
             out = out + x.sum(axis, keepdim=True).to(x.dtype)
             return out if keepdim else out.squeeze(axis)
         out = x.cumprod(axis, dtype=x.dtype).narrow(axis, x.shape[axis] - 1, 1)  # an int dtype asked stays
-        return _prod_backward(x, axis, keepdim, out if keepdim else out.squeeze(axis))
+        return with_prod_backward(x, axis, keepdim, out if keepdim else out.squeeze(axis))
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def nansum(self, dim=None, keepdim: bool = False, *, dtype=None):
@@ -568,8 +576,10 @@ class TensorMath:
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def trace(self):
-        """The sum of a matrix's diagonal, as torch.trace."""
+        """The sum of a matrix's diagonal, as torch.trace (not of a bool matrix, as torch's)."""
         _ranks("trace", (self, 2))
+        if self.dtype == boolean:
+            raise DTypeError(f'trace: "trace" not implemented for \'Bool\' (as in PyTorch)\n  at {user_location()}')
         return self.diagonal().sum()
 
     # ---- interpolation and fused products (optimizer and EMA code) -------------------------------
@@ -604,7 +614,8 @@ class TensorMath:
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's
         kernel)."""
-        value = value.detach() if isinstance(value, Tensor) else value  # a 0-d tensor: its value, as torch
+        # in the tensors' dtype, as torch's Scalar (an integer result stays integer); a 0-d tensor: its value
+        value = coefficient("addcmul", "value", value, result_type(self, tensor1, tensor2))
         one = opmath.is_one(value)
         out = opmath.fused(lambda x, a, b: x + (a * b if one else value * a * b), self, tensor1, tensor2)
         if out.dtype not in (f16, bf16):
@@ -748,6 +759,13 @@ class TensorMath:
         return more_math.vdot(self, other)
 
 
+def _coefficients(op: str, beta, alpha, *tensors):
+    """beta and alpha of a GEMM with an added input (addmm and kin) in the tensors' result dtype, as torch's
+    Scalars: for integer tensors truncated to integers, so the result stays integer."""
+    dt = result_type(*tensors)
+    return coefficient(op, "beta", beta, dt), coefficient(op, "alpha", alpha, dt)
+
+
 def _lowered(*tensors):
     """Inside an enabled autocast region, the floating tensors in its low dtype (PyTorch's
     lower-precision list: addmm, baddbmm); else as they are."""
@@ -766,18 +784,3 @@ def _promoted(fn, *tensors):
     tensors = cast_inputs("promote", tensors)
     with autocast(enabled=False):
         return fn(*tensors)
-
-
-def _prod_backward(x: Tensor, axis: int, keepdim: bool, value: Tensor) -> Tensor:
-    """value, the product of an f16 / bf16 x along axis, with PyTorch's prod_backward as its gradient, in x's
-    dtype: grad * (result / x) where no element of x is zero, else grad times the product of the others
-    (exclusive cumprods from both ends); other dtypes: value as it is."""
-    if not opmath.half_gradient(x):
-        return value
-    t, n = x.detach(), x.shape[axis]
-    res = value.detach() if keepdim else value.detach().unsqueeze(axis)
-    one = full(tuple(1 if a == axis else m for a, m in enumerate(x.shape)), 1, x.dtype)
-    before = cat([one, t.narrow(axis, 0, n - 1)], axis).cumprod(axis)
-    after = cat([one, t.narrow(axis, 1, n - 1).flip(axis)], axis).cumprod(axis).flip(axis)
-    coef = where((t == 0).any(), before * after, res / t)
-    return apply("straight_through", (x * coef).sum(axis, keepdim=keepdim), value)

@@ -27,7 +27,7 @@ from flame.frontend.dispatch import apply, broadcast
 from flame.frontend.indexing import assign, stand_in, writes_a_leaf
 from flame.frontend.linalg_functions import matrix_norm
 from flame.frontend.norms import vector_norm
-from flame.frontend.promotion import fits, is_bool, result_type
+from flame.frontend.promotion import alpha_check, fits, is_bool, result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index, int_arg
 from flame.frontend.tensor_core import binary, cat, full, placed, where
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, i64, u8
@@ -51,10 +51,9 @@ def _bool(x):
 
 
 def _check_alpha(name: str, a, b, alpha) -> None:
-    """PyTorch's rule: a float alpha with integer (or bool) operands raises rather than promoting."""
-    if isinstance(alpha, (float, np.floating)) and not result_type(a, b).is_float:
-        raise DTypeError(f"{name}: for integral input tensors, argument alpha must not be a floating point number "
-                         f"(as in PyTorch)\n  at {user_location()}")
+    """PyTorch's rule: a float alpha with integer (or bool) operands, or a bool alpha with other than bool
+    ones, raises rather than promoting."""
+    alpha_check(name, "alpha", alpha, result_type(a, b))
 
 
 def _tensor(x):

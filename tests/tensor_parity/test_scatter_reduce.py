@@ -55,6 +55,24 @@ def test_values_and_gradients_match_torch(index, dim, reduce, include_self, comp
             np.testing.assert_allclose(g, t, rtol=1e-12, atol=1e-14, err_msg=what)
 
 
+SPECIAL = [0.0, 0.0, 2.0, -1.5, np.inf, -np.inf, np.nan, 3.0]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_prod_gradients_with_zeros_infinities_and_nan(dim, include_self, compiled):
+    """torch's prod gradient: a NaN or infinity reaches only its own position's factors (flame's scan
+    spread 0 * NaN to every factor of its line), a position's only zero gets the product of the others."""
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        x, src = rng.choice(SPECIAL, (4, 5)), rng.choice(SPECIAL, (6, 5))
+        want = _run(torch, x, src, dim, "prod", include_self)
+        got = _run(flame, x, src, dim, "prod", include_self, compiled)
+        for g, t, what in zip(got, want, ("value", "grad of self", "grad of src")):
+            np.testing.assert_allclose(g, t, rtol=1e-12, atol=1e-14, err_msg=what)
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("reduce", REDUCES)

@@ -53,16 +53,22 @@ def _cumsum_vjp(b, g, x, out, axis):
 
 
 def _cumprod_vjp(b, g, x, out, axis):
-    # d out_k / d x_i = prod_{j <= k, j != i} x_j. Where x_i != 0 that is out_k / x_i; at the FIRST zero
-    # of a line it is the running product with that zero replaced by one (later zeros keep theirs);
-    # at a later zero it is 0 (the first zero is still a factor). Exact, zeros included.
-    if x.type.rank == 0:
+    # PyTorch's cumprod_backward. d out_k / d x_i = prod_{j <= k, j != i} x_j. Before a line's first zero
+    # z1 that is out_k / x_i, summed over k < z1 only (out_k from z1 on holds the zero: 0, not the
+    # inf * 0 = NaN an infinity before it makes). At z1 it is the product before z1 times that after z1 up
+    # to k, summed over k up to the second zero z2 (later terms masked by a multiplication, so an
+    # infinity between z1 and z2 makes them NaN, as torch's). From z1 on, elsewhere, 0.
+    if x.type.rank == 0 or x.type.shape[axis] == 1:
         return (g,)
     zero = b.eq(x, 0)
-    first = b.logical_and(zero, b.eq(b.cumsum(b.cast(zero, dtype=i64), axis=axis), 1))
-    plain = b.div(_reverse_cumsum(b, b.mul(g, out), axis), b.where(zero, 1, x))
-    at_first = _reverse_cumsum(b, b.mul(g, b.cumprod(b.where(first, 1, x), axis=axis)), axis)
-    return (b.where(first, at_first, b.where(zero, 0, plain)),)
+    zeros = b.cumsum(b.cast(zero, dtype=i64), axis=axis)  # the zeros up to each element
+    before, between = b.eq(zeros, 0), b.eq(zeros, 1)  # [0, z1) and [z1, z2)
+    first = b.logical_and(zero, between)
+    plain = b.div(_reverse_cumsum(b, b.where(before, b.mul(g, out), 0), axis), b.where(zero, 1, x))
+    prefix = b.cumprod(b.where(before, x, 1), axis=axis)  # at z1: the product before it
+    after = b.cumprod(b.where(b.logical_and(between, b.logical_not(zero)), x, 1), axis=axis)
+    at_first = b.mul(prefix, _reverse_cumsum(b, b.mul(b.mul(g, after), b.cast(between, dtype=x.dtype)), axis))
+    return (b.where(first, at_first, b.where(before, plain, 0)),)
 
 
 register(
