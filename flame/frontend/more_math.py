@@ -93,13 +93,13 @@ def block_diag(*tensors) -> Tensor:
     if not tensors:
         return zeros(1, 0)
     blocks = []
+    tensors = [as_tensor(t) for t in tensors]
     for t in tensors:
-        t = as_tensor(t)
         if t.ndim > 2:
             raise _err(f"block_diag: every input must have at most 2 dimensions, got {list(t.shape)}")
         blocks.append(t.reshape(1, -1) if t.ndim < 2 else t)
     width, at, rows = sum(b.shape[1] for b in blocks), 0, []
-    dtype = blocks[0].dtype
+    dtype = result_type(*tensors)  # as torch's: promoted (a 0-d input as a scalar of its category)
     for b in blocks:
         b = b.to(dtype)
         parts = [zeros(b.shape[0], at, dtype=dtype), b, zeros(b.shape[0], width - at - b.shape[1], dtype=dtype)]

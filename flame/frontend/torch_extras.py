@@ -93,8 +93,14 @@ def frexp(input: Tensor) -> tuple[Tensor, Tensor]:  # noqa: A002
 
 
 def ldexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """input * 2**other (a floating result), as torch.ldexp."""
-    return input * (2.0 ** other)
+    """input * 2**other, as torch.ldexp: in the operands' result type (a bf16 input with integer exponents
+    stays bf16), the default floating dtype where that is not floating; a bool exponent raises as torch's."""
+    if isinstance(other, Tensor) and other.dtype == boolean:
+        raise DTypeError(f"ldexp: \"ldexp_exp\" not implemented for 'Bool' exponents (PyTorch raises too; "
+                         f"other.int())\n  at {user_location()}")
+    dtype = result_type(input, other)
+    dtype = dtype if dtype.is_float else get_default_dtype()
+    return input.to(dtype) * (2.0 ** other).to(dtype)
 
 
 def isneginf(input: Tensor) -> Tensor:  # noqa: A002

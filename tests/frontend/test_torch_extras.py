@@ -44,6 +44,15 @@ def test_frexp_ldexp(compiled):
     check(lambda L, x, e: L.ldexp(x.long(), e), np.array([1.0, 2.0]), np.array([2, 3]), compiled=compiled)
     check(lambda L, x, e: x.float().ldexp(e), np.array([1.0, 2.0]), np.array([2, -3]), compiled=compiled)
     check(lambda L, x, e: x.clone().ldexp_(e), np.array([1.0, 2.0]), np.array([2, -3]), compiled=compiled)
+    # in the operands' result type: a half-precision input with integer exponents stays half precision
+    for dt in ("bfloat16", "float16"):
+        check(lambda L, x, e, dt=dt: L.ldexp(x.to(getattr(L, dt)), e), np.array([1.5, -3.0, 7.0, 0.1]),
+              np.array([3, -20, -30, 9]), compiled=compiled)
+        check(lambda L, x, e, dt=dt: L.ldexp(x.bool(), e.to(getattr(L, dt))), np.array([1.0, 0.0]),
+              np.array([2.0, 3.5]), compiled=compiled)
+    check(lambda L, x, e: L.ldexp(x.bfloat16(), e.half()), np.array([1.5, 2.0]), np.array([2.0, -3.0]),
+          compiled=compiled)
+    check(lambda L, x, e: L.ldexp(x, e.bool()), np.array([1.5, 2.0]), np.array([1, 0]), compiled=compiled)
 
 
 @COMPILED

@@ -192,3 +192,19 @@ def test_nan_to_num_passes_a_nan_gradient_on_at_replaced_elements_as_torch(mode)
     assert np.isnan(tx.grad[0].item())  # the case this test is about
     np.testing.assert_allclose(got.item(), want.item(), rtol=1e-12)
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_block_diag_promotes_its_inputs_as_torch(mode):
+    """Blocks of different dtypes share torch's result type (a 0-d block counts as a scalar of its
+    category), not the first block's: an int32 block beside a float one kept the floats' fractions off."""
+    cases = [(np.array([[1, 2]], np.int32), np.array([[0.5]], np.float32)),
+             (np.array([[True]]), np.array([[3]], np.int64)),
+             (np.array(2.5, np.float64), np.array([1.0, 2.0], np.float32)),
+             (np.array([[2.5]], np.float64), np.array([1.0], np.float32))]
+    for a, b in cases:
+        want = torch.block_diag(torch.tensor(a), torch.tensor(b))
+        fn = flame.block_diag if mode == "eager" else flame.compile(lambda x, y: flame.block_diag(x, y))
+        got = fn(flame.tensor(a), flame.tensor(b))
+        assert got.dtype == getattr(flame, str(want.dtype).split(".")[-1])  # torch's dtype names
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
