@@ -340,8 +340,8 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     d = input - target
     a = d.abs()
     near = where(a >= delta, delta, d)  # squared in place of d: an infinite d's gradient stays finite, a NaN's NaN
-    return weighted_loss_reduce(where(a < delta, near * near * 0.5, (a - 0.5 * delta) * delta), weight, input,
-                                reduction, False)
+    loss = where(a < delta, near * near * 0.5, (a - 0.5 * delta) * delta).to(input.dtype)  # torch's: input's dtype
+    return weighted_loss_reduce(loss, weight, input, reduction, False)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list

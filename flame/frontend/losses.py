@@ -312,7 +312,8 @@ def binary_cross_entropy_with_logits(
     softplus_neg = ((-m).exp() + (-input - m).exp()).log() + m  # log(1 + exp(-x))
     scaled = softplus_neg * ((pos_weight - 1) * target + 1) if pos_weight is not None else softplus_neg
     loss = _bce_logits_gradients((1 - target) * input + scaled, input, target, pos_weight, softplus_neg)
-    return _loss_reduce(loss * weight if weight is not None else loss, reduction)
+    loss = loss.to(target.dtype)  # torch's: computed into (1 - target), so in the target's dtype
+    return _loss_reduce((loss * weight).to(loss.dtype) if weight is not None else loss, reduction)
 
 
 def _bce_logits_gradients(loss: Tensor, x: Tensor, t: Tensor, pw: Tensor | None, softplus_neg: Tensor) -> Tensor:

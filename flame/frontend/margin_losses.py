@@ -58,7 +58,7 @@ def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=No
     no_legacy_reduction("soft_margin_loss", size_average, reduce)
     _shapes_match("soft_margin_loss", input=input, target=target)
     no_weight_grad("soft_margin_loss", target, "target")  # torch's kernel has no target gradient
-    return _loss_reduce(-logsigmoid(target * input), reduction)
+    return _loss_reduce((-logsigmoid(target * input)).to(input.dtype), reduction)  # torch's: in input's dtype
 
 
 def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002

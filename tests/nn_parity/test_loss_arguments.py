@@ -105,3 +105,32 @@ def test_uint8_labels_are_class_indices(fn):
     want = getattr(torch.nn.functional, fn)(torch.tensor(X), torch.tensor(LABELS.astype(np.uint8)))
     got = getattr(flame.nn.functional, fn)(flame.tensor(X), flame.tensor(LABELS.astype(np.uint8)))
     np.testing.assert_allclose(got.item(), want.item(), rtol=1e-12)
+
+
+RESULT_DTYPE = {  # torch computes these into one operand's tensor: the result takes that operand's dtype
+    "huber_loss": lambda L, x, t: L.nn.functional.huber_loss(x, t, reduction="none"),
+    "soft_margin_loss": lambda L, x, t: L.nn.functional.soft_margin_loss(x, t, reduction="none"),
+    "binary_cross_entropy_with_logits": lambda L, x, t: L.nn.functional.binary_cross_entropy_with_logits(
+        x, t, reduction="none"),
+    "binary_cross_entropy_with_logits weighted": lambda L, x, t: L.nn.functional.binary_cross_entropy_with_logits(
+        x, t, weight=L.tensor(W, dtype=L.float64), reduction="mean"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESULT_DTYPE))
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_losses_of_mixed_float_operands_take_torchs_result_dtype(name, compiled):
+    """huber_loss and soft_margin_loss in the input's dtype, binary_cross_entropy_with_logits in the
+    target's, as torch's (flame promoted the operands: bf16 input and f32 target gave f32); the values are
+    torch's within the narrower operand's rounding."""
+    fn = RESULT_DTYPE[name]
+    x, t = rng(7).standard_normal((4, 3)), (rng(8).random((4, 3)) > 0.5) * 2.0 - 1.0
+    if "logits" in name:
+        t = (t + 1) / 2
+    for a, b in (("bfloat16", "float32"), ("float32", "bfloat16"), ("float16", "float64"), ("float64", "float32")):
+        want = fn(torch, torch.tensor(x).to(getattr(torch, a)), torch.tensor(t).to(getattr(torch, b)))
+        run = (lambda p, q: fn(flame, p, q)) if not compiled else flame.compile(lambda p, q: fn(flame, p, q))
+        got = run(flame.tensor(x).to(getattr(flame, a)), flame.tensor(t).to(getattr(flame, b)))
+        assert got.dtype == getattr(flame, str(want.dtype).split(".")[-1]), (a, b)
+        tol = 2e-2 if "16" in a + b else 1e-6  # torch rounds some intermediates to the narrower operand's dtype
+        np.testing.assert_allclose(got.double().numpy(), want.double().numpy(), rtol=tol, atol=tol)
