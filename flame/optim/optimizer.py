@@ -264,9 +264,12 @@ class Optimizer:
             return False
         token = current_trace.set(None)  # the concrete counter, read while a step is traced too
         try:
-            return _never_stepped(self.state[p])
+            fresh = _never_stepped(self.state[p])
         finally:
             current_trace.reset(token)
+        if not fresh:  # state that has stepped stays, as torch's: not read again at every step
+            self._made_for[id(p)] = (p.dtype, tuple(p.shape))
+        return fresh
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         raise NotImplementedError
