@@ -282,6 +282,9 @@ def _step_unless(found_inf: Tensor, optimizer, args: tuple, kwargs: dict) -> Non
     """Inside a trace: optimizer.step(), then every parameter and state tensor it changed becomes
     where(found_inf, its value before the step, its value after)."""
     trace = current_trace.get()
+    adopt = getattr(optimizer, "_adopt_new_params", None)
+    if adopt is not None:  # state the step would make (a parameter added by hand, or converted) is selected too
+        adopt()
     tensors = [p for group in optimizer.param_groups for p in group["params"]]
     tensors += [t for st in optimizer.state.values() for t in st.values() if isinstance(t, Tensor)]
     before = [(t, trace.value_of(t)) for t in tensors]

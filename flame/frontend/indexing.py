@@ -62,14 +62,17 @@ def _key(key) -> tuple:
     if isinstance(key, tuple):
         return key
     if isinstance(key, list) and len(key) < 32 and any(
-            k is None or k is Ellipsis or isinstance(k, (list, tuple, slice, np.ndarray, Tensor)) for k in key):
+            k is None or k is Ellipsis or isinstance(k, (list, tuple, range, slice, np.ndarray, Tensor)) for k in key):
         return tuple(key)
     return (key,)
 
 
 def _as_index(k):
-    """Lists and arrays become index tensors; NumPy integers become ints; a uint8 index is a mask, as
-    torch's (deprecated there, with its warning)."""
+    """Lists and arrays become index tensors, and so do a range and a tuple inside the key, sequences
+    as torch reads them (`x[range(n), y]`, `x[(0, 2), 1]`); NumPy integers become ints; a uint8 index is a
+    mask, as torch's (deprecated there, with its warning)."""
+    if isinstance(k, (range, tuple)):
+        k = list(k)
     if isinstance(k, (list, np.ndarray)):
         k = Tensor(np.asarray(k) if not isinstance(k, list) or k else np.zeros(0, np.int64))
     if isinstance(k, Tensor) and k.dtype == u8:
@@ -321,7 +324,7 @@ def check_index_put_dtype(what: str, t, keys: tuple, value, accumulate: bool = F
     dim or more), which converts it. A 0-d integer tensor selects as an int does: no index tensor."""
     if not isinstance(value, Tensor) or value.dtype == t.dtype:
         return
-    masks = [_is_mask(k) for k in keys if isinstance(k, (list, np.ndarray, Tensor)) and not _is_int0d(k)]
+    masks = [_is_mask(k) for k in keys if isinstance(k, (list, tuple, range, np.ndarray, Tensor)) and not _is_int0d(k)]
     if not masks or not accumulate and value.numel() == 1 and masks == [True]:
         return
     raise DTypeError(f"{what}: Index put requires the source and destination dtypes match, got {t.dtype} for the "
@@ -333,7 +336,7 @@ def _is_int0d(k) -> bool:
 
 
 def _is_mask(k) -> bool:
-    """k (an index tensor, list or array) is a bool (or uint8) mask of one dim or more."""
+    """k (an index tensor, or a sequence or array) is a bool (or uint8) mask of one dim or more."""
     if isinstance(k, Tensor):
         return k.ndim > 0 and k.dtype in (boolean, u8)
     a = np.asarray(k)

@@ -47,6 +47,19 @@ def widened(t: Tensor | None) -> Tensor | None:
 @policy("f32")  # autocast: on PyTorch's float32 list
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
                eps: float = 1e-5) -> Tensor:
+    """F.group_norm: normalized_groups, refusing in any mode, as torch's F.group_norm does, an input with
+    (N * C / num_groups) * prod(S) == 1 (torch's _verify_batch_size of [N * C // num_groups, num_groups,
+    *S]: one value a group, whose output would be just the bias). torch.group_norm checks nothing."""
+    if input.ndim >= 2 and num_groups > 0:
+        size = [input.shape[0] * input.shape[1] // num_groups, num_groups, *input.shape[2:]]
+        if size[0] * math.prod(size[2:]) == 1:
+            raise _err(f"group_norm: expected more than 1 value per channel when training, got input size {size}")
+    return normalized_groups(input, num_groups, weight, bias, eps)
+
+
+@policy("f32")  # autocast: on PyTorch's float32 list (torch.group_norm)
+def normalized_groups(input: Tensor, num_groups: int, weight: Tensor | None = None,  # noqa: A002
+                      bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise each group of C/num_groups channels of [N, C, *S] over its channels and positions
     (biased variance), then scale and shift per channel. An f16/bf16 input (weight and bias of its dtype
     or f32) computes in f32 and rounds the result once, as PyTorch's; its backward keeps the input and
@@ -238,7 +251,7 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
         var = (dev * dev).mean(dims)
         _update_running(running_mean, running_var, mean.reshape(*mean.shape[:2]).mean(0), var.mean(0), momentum,
                         positions)
-    return group_norm(input, input.shape[1], weight, bias, eps)
+    return normalized_groups(input, input.shape[1], weight, bias, eps)
 
 
 _TORCH_NAMES = {f64: "Double", f32: "Float", f16: "Half", bf16: "BFloat16", i64: "Long", i32: "Int",

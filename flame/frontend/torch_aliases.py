@@ -75,8 +75,8 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, bi
 
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
                eps: float = 1e-5, cudnn_enabled: bool = True) -> Tensor:
-    """F.group_norm with torch.group_norm's parameters."""
-    return _norms.group_norm(input, num_groups, weight, bias, eps)
+    """torch.group_norm: F.group_norm's normalisation with its parameters, without its check of the sizes."""
+    return _norms.normalized_groups(input, num_groups, weight, bias, eps)
 
 
 def batch_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,  # noqa: A002

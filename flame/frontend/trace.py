@@ -358,6 +358,11 @@ class Trace:
         carry their history only with create_graph=True (a gradient penalty differentiates them)."""
         if retain_graph is None:
             retain_graph = create_graph
+        if not self.requires_grad(loss):  # as eagerly: a loss made under no_grad, detached or of frozen weights
+            raise AutogradError(
+                f"backward(): element 0 of tensors does not require grad and does not have a grad_fn (no input had "
+                f"requires_grad=True)\n  at {user_location()}"
+            )
         leaves = [t for t, _ in self.current.values() if t.requires_grad and t.dtype.is_float]
         made = [t for t in self.made_leaves.values() if t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None

@@ -117,6 +117,7 @@ class Optimizer:
         self._scalars: tuple[object, dict, dict] = (None, {}, {})  # trace, its scalar inputs, the values read
         _LIVE.add(self)
         self._serials: dict[int, int] = {}  # id(param) -> the order it joined this optimizer in
+        self._made_for: dict[int, tuple] = {}  # id(param) -> (dtype, shape) of the param its state was made for
         if isinstance(params, Tensor):  # iterating it would optimize its rows, views that are not leaves
             raise ArgumentTypeError(
                 f"{type(self).__name__}: params argument given to the optimizer should be an iterable of "
@@ -173,7 +174,7 @@ class Optimizer:
         self.param_groups.append(group)
         for p in group["params"]:
             self._serials[id(p)] = len(self._serials)
-            self.state[p] = self._init_state(p, group)
+            self.state[p] = self._new_state(p, group)
 
     def __init_subclass__(cls, **kwargs):
         """A subclass's own step runs the step hooks too; one written outside flame (a torch-style
@@ -237,6 +238,38 @@ class Optimizer:
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {}
+
+    def _new_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        """_init_state(p, group), noting the dtype and shape p had (see _outgrown)."""
+        self._made_for[id(p)] = (p.dtype, tuple(p.shape))
+        return self._init_state(p, group)
+
+    def _remake_outgrown(self) -> None:
+        """New state (concrete, even while a step is traced) for every parameter that _outgrown its own."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if self._outgrown(p):
+                    token = current_trace.set(None)
+                    try:
+                        self.state[p] = self._new_state(p, group)
+                    finally:
+                        current_trace.reset(token)
+
+    def _outgrown(self, p: Tensor) -> bool:
+        """Whether p's state was made for another dtype or shape of p (the model converted by .double() or
+        .to(dtype), or p.data replaced, after the optimizer was made) and p has not stepped yet: torch.optim
+        makes a parameter's state at its first step (Adagrad's at construction), from p as it is then."""
+        made = self._made_for.get(id(p))
+        if self.state_at_construction or made is None or made == (p.dtype, tuple(p.shape)):
+            return False
+        token = current_trace.set(None)  # the concrete counter, read while a step is traced too
+        try:
+            fresh = _never_stepped(self.state[p])
+        finally:
+            current_trace.reset(token)
+        if not fresh:  # state that has stepped stays, as torch's: not read again at every step
+            self._made_for[id(p)] = (p.dtype, tuple(p.shape))
+        return fresh
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         raise NotImplementedError
@@ -328,14 +361,16 @@ class Optimizer:
         created when a step first meets it, as torch.optim creates state lazily, and the state an option
         set since the state was made needs (_missing_state: SGD's momentum_buffer once a scheduler such as
         OneCycleLR gives the group a momentum): concrete zeros even while a step is traced (as those made
-        at construction)."""
+        at construction), and state made again for a parameter whose dtype or shape changed before its first
+        step (_remake_outgrown)."""
+        self._remake_outgrown()
         for group in self.param_groups:
             for p in group["params"]:
                 if id(p) not in self._serials and isinstance(p, Tensor) and not p.is_traced:
                     token = current_trace.set(None)
                     try:
                         self._serials[id(p)] = len(self._serials)
-                        self.state[p] = self._init_state(p, group)
+                        self.state[p] = self._new_state(p, group)
                     finally:
                         current_trace.reset(token)
                 elif p.grad is not None and (missing := self._missing_state(p, group, self.state[p])):
@@ -430,6 +465,7 @@ class Optimizer:
         load-state-dict hooks run around it."""
         for hook in list(own_hooks(self, "_load_state_dict_pre_hooks").values()):
             state_dict = hook(self, state_dict) or state_dict
+        self._remake_outgrown()  # loaded into the dtype and shape the parameter has now, as torch's casts
         self.apply_load(self.plan_load(state_dict), state_dict)
         for hook in list(own_hooks(self, "_load_state_dict_post_hooks").values()):
             hook(self)

@@ -306,3 +306,40 @@ def test_unscale_of_bf16_gradients_matches_torch_bit_for_bit(compiled):
     unscale = flame.compile(fscaler.unscale_) if compiled else fscaler.unscale_
     unscale(fopt)
     assert fp.grad.to(flame.f32).numpy().tobytes() == tp.grad.float().numpy().tobytes()
+
+
+def _converted_run(lib, compiled: bool):
+    """A Linear made in f32, its Adam made, then the model converted to f64 (torch.optim makes the
+    state at the first step that is not skipped); the first and third steps overflow."""
+    x, w = _data()
+    lin = lib.nn.Linear(5, 3)
+    with lib.no_grad():
+        lin.weight.copy_(lib.tensor(w))
+        lin.bias.zero_()
+    opt = lib.optim.Adam(lin.parameters(), lr=0.1)
+    lin.double()
+    scaler = torch.amp.GradScaler("cpu", **KW) if lib is torch else GradScaler("cpu", **KW)
+
+    def step(x, s):
+        loss = (lin(x) ** 2).mean() * s
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+
+    step = flame.compile(step) if compiled and lib is flame else step
+    for s in [float("inf"), 1.0, float("inf"), 1.0, 1.0]:
+        step(lib.tensor(x.astype(np.float64)), lib.tensor(s, dtype=lib.float64))
+    state = {k: v.numpy() if lib is flame else v.detach().numpy() for k, v in opt.state[lin.weight].items()}
+    return lin.weight.numpy() if lib is flame else lin.weight.detach().numpy(), state
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_skipped_first_step_of_a_model_converted_after_its_optimizer_as_torch(compiled):
+    weight, state = _converted_run(flame, compiled)
+    tweight, tstate = _converted_run(torch, False)
+    np.testing.assert_allclose(weight, tweight, rtol=1e-12, atol=1e-15)
+    assert sorted(state) == sorted(tstate)
+    for k in tstate:
+        assert state[k].dtype == tstate[k].dtype or k == "step", k
+        np.testing.assert_allclose(state[k], tstate[k], rtol=1e-12, atol=1e-15, err_msg=k)

@@ -439,3 +439,54 @@ def test_assigning_requires_grad_false_to_a_non_leaf_raises_as_torch():
         y = x * 2
         with pytest.raises(RuntimeError, match="you can only change requires_grad flags of leaf variables"):
             y.requires_grad = False
+
+
+def _under_no_grad(lib, f):
+    with lib.no_grad():
+        return f()
+
+
+_NOT_DIFFERENTIABLE = {  # a loss torch's backward() refuses: no tensor it was computed from requires grad
+    "frozen weights": lambda lib, w, x: (x @ w).sum(),
+    "computed under no_grad": lambda lib, w, x: _under_no_grad(lib, lambda: (x @ w).sum()),
+    "detached": lambda lib, w, x: (x @ w).sum().detach(),
+    "of the data alone": lambda lib, w, x: (x * 2).sum(),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("case", _NOT_DIFFERENTIABLE)
+def test_backward_of_a_loss_that_requires_no_grad_raises_as_torch(case, compiled):
+    """A training step whose loss has no gradient path (the model frozen, its forward under no_grad)
+    raises torch's RuntimeError at backward(), inside @flame.compile too, instead of training nothing."""
+    for lib in (torch, flame):
+        w = lib.tensor(_rng(0, 3, 2), requires_grad=case != "frozen weights")
+        x = lib.tensor(_rng(1, 4, 3))
+
+        def step(lib=lib, w=w, x=x):
+            loss = _NOT_DIFFERENTIABLE[case](lib, w, x)
+            loss.backward()
+            return loss
+
+        run = flame.compile(step) if compiled and lib is flame else step
+        with pytest.raises(RuntimeError, match="element 0 of tensors does not require grad"):
+            run()
+        assert w.grad is None
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_backward_of_a_penalty_on_a_create_graph_gradient_needs_no_flag_on_it(compiled):
+    """The .grad a backward(create_graph=True) leaves is differentiable (torch's requires_grad is True):
+    backward() of a penalty on it runs, inside @flame.compile too."""
+    got = {}
+    for lib in (torch, flame):
+        p = lib.tensor(_rng(2, 3), requires_grad=True)
+
+        def step(p=p):
+            ((p * p).sum() ** 2).backward(create_graph=True)
+            g, p.grad = p.grad, None
+            (g * g).sum().backward()
+
+        (flame.compile(step) if compiled and lib is flame else step)()
+        got[lib] = p.grad.detach().numpy() if lib is torch else p.grad.numpy()
+    np.testing.assert_allclose(got[flame], got[torch], rtol=RTOL)

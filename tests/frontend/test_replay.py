@@ -71,11 +71,11 @@ def test_a_captured_tensor_given_a_new_array_of_the_same_type_is_read_again():
 
 
 def test_freezing_a_captured_parameter_between_identical_calls_traces_again():
-    w = nn.Parameter(flame.ones(3))
+    w, v = nn.Parameter(flame.ones(3)), nn.Parameter(flame.ones(3))  # (v keeps the loss differentiable)
 
     @flame.compile
     def f(x):
-        loss = (x * w).sum()
+        loss = (x * w).sum() + (x * v).sum()
         loss.backward()
         return loss
 

@@ -221,3 +221,68 @@ def test_a_state_dict_whose_options_keep_more_state_loads_and_continues(name, ma
     for k in range(3, 7):
         _step(k, ps, opt, tps, topt, step=step)
         _assert_close(ps, tps, f"{name} {made} loaded {saved}: after step {k}")
+
+
+def _linear(lib):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    if lib is torch:
+        return model
+    mine = nn.Linear(3, 2)
+    mine.load_state_dict({k: flame.tensor(v.detach().numpy()) for k, v in model.state_dict().items()})
+    return mine
+
+
+def _linear_step(lib, model, opt):
+    x = lib.tensor(np.linspace(-1.0, 2.0, 12).reshape(4, 3))
+    loss = (model(x).tanh() ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+_LAZY = [c for c in CASES if c[0] != "Adagrad"]  # torch's Adagrad makes its state at construction
+_LAZY_IDS = [i for i in IDS if not i.startswith("Adagrad")]
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("name,kw", _LAZY, ids=_LAZY_IDS)
+def test_a_model_converted_after_its_optimizer_was_made_gets_state_of_its_new_dtype(name, kw, mode):
+    """model.double() between making the optimizer and its first step: torch.optim makes the state at
+    the first step, in f64, and the f64 run goes on as torch's."""
+    model, tmodel = _linear(flame), _linear(torch)
+    opt = getattr(flame.optim, name)(model.parameters(), **kw)
+    topt = getattr(torch.optim, name)(tmodel.parameters(), **kw)
+    model.double()
+    tmodel.double()
+
+    def body():
+        return _linear_step(flame, model, opt)
+
+    step = body if mode == "eager" else flame.compile(body)
+    for k in range(4):
+        loss, tloss = step(), _linear_step(torch, tmodel, topt)
+        np.testing.assert_allclose(float(loss.item()), tloss.item(), rtol=1e-12)
+        _assert_close(list(model.parameters()), list(tmodel.parameters()), f"{name} {kw} {mode}: after step {k}")
+    for p, tp in zip(model.parameters(), tmodel.parameters()):
+        saved = {k: str(v.dtype).removeprefix("torch.") for k, v in topt.state[tp].items() if k != "step"}
+        assert {k: str(opt.state[p][k].dtype.name) for k in saved} == {
+            k: {"float64": "f64", "float32": "f32"}[v] for k, v in saved.items()
+        }
+
+
+@pytest.mark.parametrize("name,kw", _LAZY, ids=_LAZY_IDS)
+def test_a_parameter_given_another_shape_before_its_first_step_gets_state_of_that_shape(name, kw):
+    """An embedding grown through `.data` after the optimizer was made (new tokens added) steps as
+    torch's, whose state is made at the first step."""
+    p, tp = nn.Parameter(flame.tensor(STARTS[0].copy())), torch.nn.Parameter(torch.tensor(STARTS[0].copy()))
+    opt, topt = getattr(flame.optim, name)([p], **kw), getattr(torch.optim, name)([tp], **kw)
+    grown = np.concatenate([STARTS[0], STARTS[0][:1] * 0.5])
+    p.data, tp.data = flame.tensor(grown.copy()), torch.tensor(grown.copy())
+    for k in range(3):
+        g = np.cos(1.3 * k + np.arange(9.0)).reshape(3, 3)
+        p.grad, tp.grad = flame.tensor(g.copy()), torch.tensor(g.copy())
+        opt.step()
+        topt.step()
+        _assert_close([p], [tp], f"{name} {kw}: after step {k}")

@@ -254,3 +254,38 @@ def test_a_write_at_index_tensors_takes_a_value_of_another_dtype_where_torch_doe
     if compiled and name in ("x[mask] = long values", "x[0, mask] = one long"):
         pytest.skip("the positions of a mask with other indices (or of its rows) are known eagerly only")
     check(WRITES_OF_ANOTHER_DTYPE[name], M.astype(np.float32), compiled=compiled)
+
+
+SEQUENCES = {  # torch reads a range, and a tuple inside the key, as a list: an index tensor
+    "x[range(n), i]": lambda L, x: x[range(3), L.tensor([0, 2, 3])],
+    "x[range]": lambda L, x: x[range(1, 3)],
+    "x[:, range step]": lambda L, x: x[:, range(0, 4, 2)],
+    "x[empty range]": lambda L, x: x[range(0)],
+    "x[range, range]": lambda L, x: x[range(2), range(1, 3)],
+    "x[tuple, 1]": lambda L, x: x[(0, 2), 1],
+    "x[list, tuple]": lambda L, x: x[[0, 1], (1, 2)],
+    "x[bool tuple,]": lambda L, x: x[(True, False, True),],
+    "x[nested tuple,]": lambda L, x: x[((0, 1), (1, 2)),],
+    "x[[range]] is x[range]": lambda L, x: x[[range(2)]],
+    "x[range(n), i] = v": _set(lambda L, y: (range(3), L.tensor([0, 1, 2])), lambda L: -1.0),
+    "x[tuple, tuple] = v": _set(lambda L, y: ((0, 1), (3, 3)), lambda L: L.tensor([5.0, 6.0], dtype=L.float64)),
+    "x[tuple, tuple] = v of another dtype": _set(lambda L, y: ((0, 1), (3, 3)), lambda L: L.tensor([5.0, 6.0])),
+    "x[range] = v of another dtype": _set(lambda L, y: range(2), lambda L: L.ones(4, dtype=L.float32)),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", SEQUENCES)
+def test_a_range_or_a_tuple_in_the_key_indexes_as_a_list(name, compiled):
+    if compiled and "bool" in name:
+        pytest.skip("a bool mask's positions are known eagerly only")
+    check(SEQUENCES[name], M, compiled=compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_the_negative_log_likelihood_of_picked_entries_has_torchs_gradient(compiled):
+    """The torch.nn tutorial's `-input[range(target.shape[0]), target].mean()`."""
+    def nll(L, x):
+        return -x.log_softmax(-1)[range(3), L.tensor([1, 3, 0])].mean()
+
+    check_gradients("nll of picked entries", nll, M / 10, compiled)

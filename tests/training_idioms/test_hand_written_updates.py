@@ -105,3 +105,40 @@ def test_a_multiplier_given_as_a_tensor_is_its_value(name, dtype, compiled):
         # within an ulp: torch's CPU kernels round alpha * other apart (f16) or fuse it into an FMA (f64)
         eps = float(np.finfo(want.numpy().dtype).eps)
         np.testing.assert_allclose(got.numpy().astype(np.float64), want.numpy().astype(np.float64), rtol=eps, atol=eps)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_torch_nn_tutorials_loop_from_scratch_trains_as_torchs(compiled):
+    """The loop of torch's tutorial "What is torch.nn really?": tensors made leaves by requires_grad_(), a
+    log-softmax and a negative log-likelihood written by hand (`-input[range(target.shape[0]),
+    target].mean()`), `w -= w.grad * lr` and `w.grad.zero_()` under no_grad."""
+    rng = np.random.default_rng(0)
+    w0, xs, ys = rng.standard_normal((12, 5)) / np.sqrt(12), rng.standard_normal((30, 12)), rng.integers(0, 5, 30)
+
+    def run(lib):
+        weights = lib.tensor(w0.copy())
+        weights.requires_grad_()
+        bias = lib.zeros(5, dtype=lib.float64, requires_grad=True)
+
+        def nll(input, target):
+            return -input[range(target.shape[0]), target].mean()
+
+        @maybe_compile(lib, compiled)
+        def step(xb, yb):
+            out = xb @ weights + bias
+            loss = nll(out - out.exp().sum(-1).log().unsqueeze(-1), yb)
+            loss.backward()
+            with lib.no_grad():
+                weights.sub_(weights.grad * 0.5)
+                bias.sub_(bias.grad * 0.5)
+                weights.grad.zero_()
+                bias.grad.zero_()
+            return loss
+
+        losses = [float(step(*to_lib(lib, xs[i:i + 10], ys[i:i + 10]))) for _ in range(2) for i in (0, 10, 20)]
+        return losses, [t.detach().numpy() if lib is torch else t.numpy() for t in (weights, bias)]
+
+    (want, want_ps), (got, got_ps) = run(torch), run(flame)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    for g, w in zip(got_ps, want_ps):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
