@@ -83,6 +83,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     x = input
     if x.ndim < 2:
         raise _err(f"batch_norm: expected an [N, C, ...] input, got {list(x.shape)}")
+    kernel_dtypes("batch_norm", "batch_norm", x)
     c, spatial = x.shape[1], x.ndim - 2
     for what, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
                     ("bias", bias)):
@@ -221,6 +222,7 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
         raise _err(f"instance_norm: expected an [N, C, ...] input with positions, got {list(input.shape)}")
     if (running_mean is None) != (running_var is None):
         raise _err("instance_norm: give both running_mean and running_var, or neither")
+    kernel_dtypes("instance_norm", "batch_norm", input)
     if not use_input_stats:
         if running_mean is None:
             raise _err("instance_norm: use_input_stats=False needs running_mean and running_var")
@@ -250,6 +252,14 @@ _TORCH_NAMES = {f64: "Double", f32: "Float", f16: "Half", bf16: "BFloat16", i64:
 def torch_dtype_name(dt) -> str:
     """The dtype as torch's messages name it (c10::ScalarType: Float, Double, Long ...)."""
     return _TORCH_NAMES.get(dt, str(dt))
+
+
+def kernel_dtypes(op: str, kernel: str, x: Tensor, also=()) -> None:
+    """torch's CPU kernel `kernel` (the name its dispatch macro reports) runs floating inputs and the dtypes
+    in `also` only: any other raises torch's NotImplementedError, in its words, naming op."""
+    if isinstance(x, Tensor) and not x.dtype.is_float and x.dtype not in also:
+        raise DTypeError(f'{op}: "{kernel}" not implemented for \'{torch_dtype_name(x.dtype)}\' (as in PyTorch; '
+                         f"convert the input with .float())\n  at {user_location()}")
 
 
 def norm_dtype_checks(op: str, input: Tensor, dtype) -> None:  # noqa: A002
