@@ -25,11 +25,12 @@ from flame.frontend.functional import (
     warn_if_broadcast,
     weighted_loss_reduce,
 )
+from flame.frontend.norms import kernel_dtypes, torch_dtype_name
 from flame.frontend.opmath import composite, float_gradient, half_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.promotion import fits
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import bf16, f16, f64
+from flame.ir.dtypes import bf16, boolean, f16, f64, i8, i16, i32, i64, u8
 
 __all__ = [
     "bilinear",
@@ -151,6 +152,8 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tens
     inside (min_val, max_val), 0 at the bounds (clamp's gradient passes at them)."""
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val {min_val} is larger than max_val {max_val}")
+    if input.dtype == boolean:
+        raise DTypeError(f"hardtanh: Bool inputs not supported for hardtanh (as in PyTorch)\n  at {user_location()}")
     fits("hardtanh", "min_val", min_val, input.dtype)
     fits("hardtanh", "max_val", max_val, input.dtype)
     if input.dtype.is_int:  # PyTorch's result keeps the integer dtype: the bounds truncated (relu6's 0 and 6 too)
@@ -239,6 +242,7 @@ def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa:
     """value where x <= threshold, else x (a NaN stays NaN, with its gradient); an f16 / bf16 x is compared
     with the threshold in f32, as PyTorch's kernel (the threshold not rounded to x's dtype)."""
     if isinstance(input, Tensor):
+        kernel_dtypes("threshold", "threshold_cpu", input, also=(i8, i16, i32, i64, u8))
         fits("threshold", "threshold", threshold, input.dtype)
         fits("threshold", "value", value, input.dtype)
     if isinstance(input, Tensor) and input.dtype in (f16, bf16):
@@ -300,6 +304,11 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
             f"prelu: weight {list(weight.shape)} must hold 1 slope or one per channel of input "
             f"{list(input.shape)} (dim 1)\n  at {user_location()}"
         )
+    if weight.dtype != input.dtype:
+        raise DTypeError(f"prelu: Type promoting not supported. Got {torch_dtype_name(input.dtype)} and "
+                         f"{torch_dtype_name(weight.dtype)} (weight must have input's dtype, as in PyTorch)\n"
+                         f"  at {user_location()}")
+    kernel_dtypes("prelu", "prelu_cpu", input)
     if weight.shape[0] != 1:
         weight = weight.reshape(-1, *([1] * (input.ndim - 2)))
     return where(input > 0, input, input * weight)
@@ -331,17 +340,24 @@ def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
 @policy("f32")  # autocast: on PyTorch's float32 list
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
                weight: Tensor | None = None) -> Tensor:
-    """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target; weight (the
-    input's shape) scales each element (the mean is the mean of the products, as PyTorch's)."""
+    """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target, computed in
+    their promoted dtype and given in the input's, as PyTorch's kernel writes it (an f32 input with an f64
+    target: an f32 loss); weight (the input's shape) scales each element (the mean is the mean of the
+    products, as PyTorch's)."""
     if not delta > 0:
         raise ArgumentRangeError(f"huber_loss does not support non-positive values for delta. (got {delta})"
                                  f"\n  at {user_location()}")
     warn_if_broadcast("huber_loss", input, target)
     d = input - target
+    if not input.dtype.is_float and d.dtype.is_float:
+        raise DTypeError(f"huber_loss: result type {torch_dtype_name(d.dtype)} can't be cast to the desired output "
+                         f"type {torch_dtype_name(input.dtype)} (the loss takes input's dtype, as in PyTorch)\n"
+                         f"  at {user_location()}")
+    kernel_dtypes("huber_loss", "huber_cpu", d)
     a = d.abs()
     near = where(a >= delta, delta, d)  # squared in place of d: an infinite d's gradient stays finite, a NaN's NaN
-    loss = where(a < delta, near * near * 0.5, (a - 0.5 * delta) * delta).to(input.dtype)  # torch's: input's dtype
-    return weighted_loss_reduce(loss, weight, input, reduction, False)
+    point = where(a < delta, near * near * 0.5, (a - 0.5 * delta) * delta)
+    return weighted_loss_reduce(point.to(input.dtype), weight, input, reduction, False)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
@@ -390,7 +406,8 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     batch = input1.shape[:-1]
     x1, x2 = input1.reshape(-1, i), input2.reshape(-1, j)
     mixed = (x1 @ weight.permute(1, 0, 2).reshape(i, o * j)).reshape(-1, o, j)  # x1 through each out's matrix
-    out = (mixed * x2.unsqueeze(1)).sum(-1)
+    prod = mixed * x2.unsqueeze(1)
+    out = prod.sum(-1, dtype=prod.dtype)  # an integer sum stays in the inputs' dtype (wrapping), as torch's
     out = out + bias if bias is not None else out
     return out.reshape(*batch, o)
 
@@ -435,6 +452,10 @@ def embedding_bag(
         raise ValueError(f"embedding_bag: mode must be 'sum', 'mean' or 'max', got {mode!r}")
     if per_sample_weights is not None and mode != "sum":
         raise ValueError("embedding_bag: per_sample_weights only with mode='sum', as PyTorch")
+    if not weight.dtype.is_float:
+        raise DTypeError(f"embedding_bag: Expected tensor for argument #1 'weight' to have one of the following scalar "
+                         f"types: Half, BFloat16, Float, Double; but got {torch_dtype_name(weight.dtype)} instead (as "
+                         f"in PyTorch)\n  at {user_location()}")
     dim = weight.shape[1]
     if input.ndim == 2:
         if offsets is not None:

@@ -470,18 +470,25 @@ def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,  # noqa
 def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,  # noqa: A002
                           *, generator: Generator | None = None) -> Tensor:
     """alpha_dropout of whole channels: one draw per (sample, channel), shared by its positions."""
-    if input.ndim < 2:
-        raise _err(f"Feature dropout requires at least 2 dimensions in the input, got {list(input.shape)}")
-    return _alpha_dropout(input, p, training, (*input.shape[:2], *([1] * (input.ndim - 2))), generator)
+    return _alpha_dropout(input, p, training, _feature_noise_shape, generator)
 
 
-def _alpha_dropout(input: Tensor, p: float, training: bool, noise_shape: tuple[int, ...],  # noqa: A002
+def _feature_noise_shape(x: Tensor) -> tuple[int, ...]:
+    """torch's feature dropout noise: one value per (dim 0, dim 1) pair, shared along the other dims; it
+    needs 2 dims (checked only when a mask is drawn: in training, 0 < p < 1, a non-empty input)."""
+    if x.ndim < 2:
+        raise _err(f"Feature dropout requires at least 2 dimensions in the input, got {list(x.shape)}")
+    return (*x.shape[:2], *([1] * (x.ndim - 2)))
+
+
+def _alpha_dropout(input: Tensor, p: float, training: bool, noise_shape,  # noqa: A002
                    generator) -> Tensor:
     check_dropout_p(p)
     if not training or p == 0.0 or input.numel() == 0:
         return input
     if p == 1.0:
         return input * 0.0
+    noise_shape = noise_shape(input) if callable(noise_shape) else noise_shape
     a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1.0) * (1.0 - p))
     draw = (generator or default_generator()).draw("random_uniform", noise_shape, input.dtype)
     keep = (draw >= p).to(input.dtype)
@@ -489,47 +496,61 @@ def _alpha_dropout(input: Tensor, p: float, training: bool, noise_shape: tuple[i
     return input * (keep * a) + shift
 
 
-def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float, training: bool,  # noqa: A002
-                     generator) -> Tensor:
-    """Whole channels zeroed with probability p (the rest scaled by 1 / (1 - p)): dropout of a mask
-    of one value per (sample, channel), broadcast over the positions."""
+def _feature_dropout(input: Tensor, p: float, training: bool, generator, batched: bool = True) -> Tensor:  # noqa: A002
+    """torch's feature_dropout: whole channels zeroed with probability p (the rest scaled by 1 / (1 - p)),
+    a mask of one value per (dim 0, dim 1) pair broadcast over the other dims; unbatched: the input taken
+    as one sample (a mask value per dim-0 index)."""
     check_dropout_p(p)
-    if input.ndim not in ranks:
-        raise _err(f"{name}: expected a {' or '.join(f'{r}-D' for r in ranks)} input, got {list(input.shape)}")
-    if not training or p == 0.0:
+    if not training or p == 0.0 or input.numel() == 0:
         return input
     if p == 1.0:
         return input * 0.0
-    spatial = ranks[-1] - 2  # the positions' dims: a mask of one value per (sample, channel) over them
-    keep = dropout(ones(*input.shape[:input.ndim - spatial], *([1] * spatial), dtype=input.dtype), p, True,
-                   generator=generator)
-    return input * keep
+    x = input if batched else input.unsqueeze(0)
+    keep = dropout(ones(*_feature_noise_shape(x), dtype=x.dtype), p, True, generator=generator)
+    return x * keep if batched else (x * keep).squeeze(0)
+
+
+def _warn_rank(name: str, x: Tensor, ranks: tuple[int, int], spatial: int) -> None:
+    """torch's deprecation warning for a channel dropout given a rank other than its two."""
+    if x.ndim not in ranks:
+        warnings.warn(f"{name}: Received a {x.ndim}-D input to {name}, which is deprecated and will result in an "
+                      f"error in a future release. To retain the behavior and silence this warning, please use "
+                      f"dropout instead. Note that {name} exists to provide channel-wise dropout on inputs with "
+                      f"{spatial} spatial dimensions, a channel dimension, and an optional batch dimension (i.e. "
+                      f"{ranks[0]}D or {ranks[1]}D inputs).", UserWarning, stacklevel=user_stacklevel())
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
               *, generator=None) -> Tensor:
     """Channel dropout of [N, C, L] (or [C, L])."""
-    return _channel_dropout("dropout1d", (2, 3), input, p, training, generator)
+    if input.ndim not in (2, 3):
+        raise _err(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that dropout1d "
+                   f"exists to provide channel-wise dropout on inputs with 1 spatial dimension, a channel dimension, "
+                   f"and an optional batch dimension (i.e. 2D or 3D inputs).")
+    return _feature_dropout(input, p, training, generator, batched=input.ndim == 3)
 
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
               *, generator=None) -> Tensor:
     """Channel dropout of [N, C, H, W]. A 3-D input is [N, C, L], one mask value per (sample, channel), with
-    PyTorch's warning: as torch's, not an unbatched [C, H, W] (its dropout2d keeps that for now)."""
+    PyTorch's warning: as torch's, not an unbatched [C, H, W] (its dropout2d keeps that for now); another
+    rank warns as torch's and drops along dims 0 and 1 as torch's feature_dropout."""
+    _warn_rank("dropout2d", input, (3, 4), 2)
     if input.ndim == 3:
         warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout "
                       "behavior is desired - input is interpreted as shape (N, C, L), where C is the channel dim. "
                       "This behavior will change in a future release to interpret the input as one without a "
                       "batch dimension, i.e. shape (C, H, W). To maintain the 1D channel-wise dropout behavior, "
                       "please switch to using dropout1d instead.", UserWarning, stacklevel=user_stacklevel())
-        return _channel_dropout("dropout2d", (3,), input, p, training, generator)
-    return _channel_dropout("dropout2d", (3, 4), input, p, training, generator)
+    return _feature_dropout(input, p, training, generator)
 
 
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
               *, generator=None) -> Tensor:
-    """Channel dropout of [N, C, D, H, W] (or [C, D, H, W])."""
-    return _channel_dropout("dropout3d", (4, 5), input, p, training, generator)
+    """Channel dropout of [N, C, D, H, W] (or [C, D, H, W]); another rank warns as torch's and is taken
+    as unbatched, as torch's (one mask value per dim-0 index)."""
+    _warn_rank("dropout3d", input, (4, 5), 3)
+    return _feature_dropout(input, p, training, generator, batched=input.ndim == 5)
 
 
 

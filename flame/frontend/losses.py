@@ -22,10 +22,11 @@ from flame.frontend.functional import (
     weighted_loss_reduce,
 )
 from flame.frontend.functional import no_legacy_reduction as _no_legacy
+from flame.frontend.norms import kernel_dtypes
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
 from flame.frontend.views import new_tensor
-from flame.ir.dtypes import i64, u8
+from flame.ir.dtypes import boolean, i64, u8
 
 __all__ = [
     "binary_cross_entropy",
@@ -55,8 +56,12 @@ def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:  # noqa: A002
     """[..., num_classes] int64 with a 1 at each label (torch.nn.functional.one_hot). num_classes=-1
     means max + 1, which needs the values: eager only."""
     tensor = input
-    if tensor.dtype.is_float or tensor.dtype.name == "bool":
-        raise ShapeError(f"one_hot: expected an integer tensor, got {tensor.dtype}\n  at {user_location()}")
+    if tensor.dtype != i64:  # torch's words: it takes no other integer dtype either
+        raise DTypeError(f"one_hot is only applicable to index tensor of type LongTensor (got {tensor.dtype}, as in "
+                         f"PyTorch; convert it with .long())\n  at {user_location()}")
+    if num_classes < 0 and tensor.numel() == 0:
+        raise IndexValueError(f"one_hot: Can not infer total number of classes from empty tensor (as in PyTorch; "
+                              f"pass num_classes)\n  at {user_location()}")
     if tensor._value is None and tensor.numel():
         vals = tensor.numpy()
         if vals.min() < 0 or (num_classes >= 0 and vals.max() >= num_classes):
@@ -364,6 +369,8 @@ def smooth_l1_loss(
                                  f"\n  at {user_location()}")
     warn_if_broadcast("smooth_l1_loss", input, target)  # PyTorch warns and broadcasts
     d = (input - target).abs()
+    if beta != 0:  # torch's beta == 0 is l1_loss, whose integer refusal is mean()'s
+        kernel_dtypes("smooth_l1_loss", "smooth_l1_cpu", d)
     if beta == 0:
         return _loss_reduce(d, reduction)
     near = _where(d >= beta, beta, d)  # squared in place of d: an infinite d's gradient stays finite, a NaN's NaN
@@ -402,6 +409,9 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
             f"trailing dims of a batched or unbatched input: {len(pad)} pads need a {len(pad) // 2 + 1}D or "
             f"{len(pad) // 2 + 2}D input\n  at {user_location()}"
         )
+    if mode != "circular" and input.dtype == boolean:  # torch's reflection/replication kernels: no bool
+        raise DTypeError(f'pad: "{"reflection" if mode == "reflect" else "replication"}_pad{len(pad) // 2}d" not '
+                         f"implemented for 'Bool' (as in PyTorch)\n  at {user_location()}")
     x = input
     for d, (lo, hi) in pairs.items():
         x = _pad_axis(x, d, mode, lo, hi)

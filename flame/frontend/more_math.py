@@ -663,8 +663,12 @@ def renorm(input: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:  # noqa
     if maxnorm < 0:
         raise ArgumentError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}\n  at {user_location()}")
     axis = dim_index("renorm", dim, input.ndim)
-    norm = vector_norm(input, p, tuple(a for a in range(input.ndim) if a != axis), keepdim=True)
-    return input * where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
+    others = tuple(a for a in range(input.ndim) if a != axis)
+    big = vector_norm(input.detach(), p, others, keepdim=True) > maxnorm
+    # the sub-tensors left as they are take the cotangent whole, as PyTorch's renorm_backward picks it there:
+    # their norm is not differentiated (its gradient at a NaN norm is NaN, which 0 * NaN would pass on)
+    norm = vector_norm(where(big, input, 0.0), p, others, keepdim=True)
+    return input * where(big, maxnorm / (norm + 1e-7), 1.0)
 
 
 def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002

@@ -13,6 +13,8 @@ import math
 from flame.errors import DTypeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import no_grad, user_location
+from flame.frontend.dispatch import apply
+from flame.frontend.opmath import float_gradient
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, where
@@ -94,6 +96,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     x = input
     if x.ndim < 2:
         raise _err(f"batch_norm: expected an [N, C, ...] input, got {list(x.shape)}")
+    kernel_dtypes("batch_norm", "batch_norm", x)
     c, spatial = x.shape[1], x.ndim - 2
     for what, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
                     ("bias", bias)):
@@ -232,6 +235,7 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
         raise _err(f"instance_norm: expected an [N, C, ...] input with positions, got {list(input.shape)}")
     if (running_mean is None) != (running_var is None):
         raise _err("instance_norm: give both running_mean and running_var, or neither")
+    kernel_dtypes("instance_norm", "batch_norm", input)
     if not use_input_stats:
         if running_mean is None:
             raise _err("instance_norm: use_input_stats=False needs running_mean and running_var")
@@ -263,6 +267,14 @@ def torch_dtype_name(dt) -> str:
     return _TORCH_NAMES.get(dt, str(dt))
 
 
+def kernel_dtypes(op: str, kernel: str, x: Tensor, also=()) -> None:
+    """torch's CPU kernel `kernel` (the name its dispatch macro reports) runs floating inputs and the dtypes
+    in `also` only: any other raises torch's NotImplementedError, in its words, naming op."""
+    if isinstance(x, Tensor) and not x.dtype.is_float and x.dtype not in also:
+        raise DTypeError(f'{op}: "{kernel}" not implemented for \'{torch_dtype_name(x.dtype)}\' (as in PyTorch; '
+                         f"convert the input with .float())\n  at {user_location()}")
+
+
 def norm_dtype_checks(op: str, input: Tensor, dtype) -> None:  # noqa: A002
     """torch's checks of a linalg norm's input and dtype= (RuntimeErrors there): a floating input, and a
     floating dtype the input's converts to without narrowing (f32 -> f64, not f64 -> f32)."""
@@ -290,10 +302,8 @@ def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=
     if x.dtype.itemsize < 4:  # torch computes a half norm in f32 (x * x of 300 does not overflow) and rounds it
         return vector_norm(x.to(f32), ord, dim, keepdim).to(x.dtype)
     a = x.abs()
-    if ord == float("inf"):
-        return a.amax(dim, keepdim)
-    if ord == float("-inf"):
-        return a.amin(dim, keepdim)
+    if ord in (float("inf"), float("-inf")):
+        return _extreme_norm(x, a.amax(dim, keepdim) if ord > 0 else a.amin(dim, keepdim), dim, keepdim)
     if ord == 0:  # a count, with torch's zero gradient (x * 0 is 0 where it is picked: x == 0 there)
         return where(x != 0, 1.0, x * 0).sum(dim, keepdim)
     if ord == 1:
@@ -304,7 +314,41 @@ def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=
     else:
         s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
     if ord < 0:
-        return s ** (1.0 / ord)
-    zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
-    safe = where(zero, 1.0, s)
-    return where(zero, 0.0, safe.sqrt() if ord == 2 else safe ** (1.0 / ord))
+        norm = s ** (1.0 / ord)
+    else:
+        zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
+        safe = where(zero, 1.0, s)
+        norm = where(zero, 0.0, safe.sqrt() if ord == 2 else safe ** (1.0 / ord))
+    return _zeros_times_norm(x, norm, dim, keepdim) if ord < 1 else norm
+
+
+def _axes_kept(x: Tensor, norm: Tensor, dim, keepdim: bool) -> Tensor:
+    """norm with its reduced axes back as size 1, so that it broadcasts against x."""
+    if keepdim or x.ndim == 0:
+        return norm
+    axes = range(x.ndim) if dim is None else (dim,) if isinstance(dim, int) else dim
+    return norm.reshape(*[1 if i in {a % x.ndim for a in axes} else n for i, n in enumerate(x.shape)])
+
+
+def _extreme_norm(x: Tensor, norm: Tensor, dim, keepdim: bool) -> Tensor:
+    """The inf / -inf norm (amax / amin of |x|) with PyTorch's norm_backward as its gradient: the cotangent
+    shared among the elements whose |x| is the norm or NaN, times sgn(x), which is 0 at a NaN (amax's
+    gradient is NaN along a line holding a NaN). Piecewise linear: the form's higher derivatives (zero)
+    are the norm's."""
+    if not float_gradient(x):
+        return norm
+    t = x.detach()
+    a, n = t.abs(), _axes_kept(x, norm.detach(), dim, keepdim)
+    hit = ((a == n) | (a != a)).to(x.dtype)
+    coef = where(t != t, 0.0, t.sign()) * hit / hit.sum(dim, keepdim=True)
+    return apply("straight_through", (x * coef).sum(dim, keepdim), norm)
+
+
+def _zeros_times_norm(x: Tensor, norm: Tensor, dim, keepdim: bool) -> Tensor:
+    """An ord < 1 norm, whose gradient at a zero element is PyTorch's norm_backward there: 0 times
+    norm ** (1 - ord), NaN where the norm is infinite or NaN (the composite's where gives 0)."""
+    if not float_gradient(x):
+        return norm
+    n = _axes_kept(x, norm.detach(), dim, keepdim)
+    nan_at = (x.detach() == 0) & ~(n - n == 0)  # n - n is 0 exactly where n is finite
+    return apply("straight_through", norm + (x * where(nan_at, float("nan"), 0.0)).sum(dim, keepdim), norm)

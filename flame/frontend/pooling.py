@@ -23,12 +23,12 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor, zeros
 from flame.frontend.dispatch import apply
-from flame.frontend.norms import widened
+from flame.frontend.norms import kernel_dtypes, widened
 from flame.frontend.spatial import _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
 from flame.frontend.views import new_tensor
-from flame.ir.dtypes import i64
+from flame.ir.dtypes import i8, i16, i32, i64, u8
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
            "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "lp_pool1d",
@@ -99,10 +99,12 @@ def _max_pool(d, x, kernel_size, stride, padding, dilation, ceil_mode, return_in
     maximum's flat position in its input plane), chosen by the same chain."""
     name = f"max_pool{d}d"
     x, unbatched = _batched(name, x, d)
-    if not x.dtype.is_float:
-        raise _err(f"{name}: expected a floating-point input, got {x.dtype}")
+    # torch's CPU kernels: integer inputs too (not bool), but max_pool1d's without indices floating only
+    kernel_dtypes(name, "max_pool1d_impl" if d == 1 and not return_indices else "max_pool2d", x,
+                  also=() if d == 1 and not return_indices else (i8, i16, i32, i64, u8))
     k, s, p, dl, out = _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode)
-    xp = _pad_spatial(x, _right_pads(x, k, s, p, dl, out), float("-inf"))
+    low = float("-inf") if x.dtype.is_float else int(np.iinfo(x.dtype.np_dtype).min)  # padding never picked
+    xp = _pad_spatial(x, _right_pads(x, k, s, p, dl, out), low)
     first = _first_inside(x, k, s, p, dl, out) if any(p) else None
     plane = [int(np.prod(x.shape[3 + i:], dtype=np.int64)) for i in range(d)]
     m = idx = None
@@ -159,6 +161,16 @@ def _divisor(n, k, s, p, o, include_pad) -> np.ndarray:
     return (np.minimum(end, n) - np.maximum(start, 0)).astype(np.float64)
 
 
+def _int_divisor(x: Tensor, k, s, p, out, include_pad, divisor_override) -> int | Tensor:
+    """The integer count each window's sum is divided by: divisor_override, or the clipped window sizes."""
+    if divisor_override:
+        return int(divisor_override)
+    div = np.ones((), np.int64)
+    for n, kk, ss, pp, o in zip(x.shape[2:], k, s, p, out):
+        div = np.multiply.outer(div, _divisor(n, kk, ss, pp, o, include_pad).astype(np.int64))
+    return int(div.flat[0]) if np.all(div == div.flat[0]) else tensor(div)
+
+
 def _tiles(x: Tensor, k, out) -> Tensor:
     """[N, C, O1, k1, O2, k2, ...]: the windows of a kernel == stride pooling that tiles x, as a view."""
     return x.reshape(*x.shape[:2], *[v for pair in zip(out, k) for v in pair])
@@ -168,20 +180,27 @@ def _tiles(x: Tensor, k, out) -> Tensor:
 def _avg_pool(d, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     name = f"avg_pool{d}d"
     x, unbatched = _batched(name, x, d)
-    if not x.dtype.is_float:
-        raise _err(f"{name}: expected a floating-point input, got {x.dtype}")
+    kernel_dtypes(name, "avg_pool3d_out_frame" if d == 3 else "avg_pool2d", x, also=(i64,))  # torch's CPU kernels
     k, s, p, _, out = _pool_sizes(name, x, d, kernel_size, stride, padding, 1, ceil_mode)
     if d == 3 and any(n < kk for n, kk in zip(x.shape[2:], k)):  # PyTorch checks this for avg_pool3d only
         raise _err(f"{name}: the input {list(x.shape[2:])} is smaller than the kernel {list(k)}")
     if k == s and not any(p) and all(o * kk == n for o, kk, n in zip(out, k, x.shape[2:])):
         y = _tiles(x, k, out).sum(tuple(range(3, 3 + 2 * d, 2)))  # non-overlapping tiles: one reduction
+    elif not x.dtype.is_float:  # no integer convolution: the windows' sum over the kernel offsets
+        xp = _pad_spatial(x, _right_pads(x, k, s, p, [1] * d, out), 0)
+        y = None
+        for off in np.ndindex(*k):
+            w = _window(xp, off, s, out)
+            y = w if y is None else y + w
     else:
         ones = full((x.shape[1], 1, *k), 1.0, x.dtype)
         y = apply("conv", x, ones, stride=s, padding=_right_pads(x, k, s, p, [1] * d, out), dilation=[1] * d,
                   groups=x.shape[1])
     if divisor_override is not None and divisor_override == 0:  # PyTorch: "divisor must be not zero"
         raise _err(f"{name}: divisor must be not zero, got divisor_override={divisor_override!r}")
-    if divisor_override:
+    if not x.dtype.is_float:  # int64: the sum divided by the count, truncated (C++'s integer division)
+        y = y.div(_int_divisor(x, k, s, p, out, count_include_pad, divisor_override), rounding_mode="trunc")
+    elif divisor_override:
         y = y * (1.0 / divisor_override)
     else:
         per_axis = [_divisor(n, kk, ss, pp, o, count_include_pad)
@@ -274,6 +293,7 @@ def _max_unpool(d, x, indices, kernel_size, stride, padding, output_size):
                    f"({list(x.shape)}) but got indices tensor with shape: {list(indices.shape)}")
     if indices.dtype != i64:
         raise _err(f"{name}: expected indices of dtype int64, got {indices.dtype}")
+    kernel_dtypes(name, f"max_unpool{max(d, 2)}d", x)
     x, unbatched = _batched(name, x, d)
     indices = indices.unsqueeze(0) if unbatched else indices
     size = _unpool_size(name, x, d, kernel_size, stride, padding, output_size)
@@ -315,7 +335,11 @@ def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = 
     gather of each window: its own elements summed for the mean, its first maximum for the max)."""
     name = f"adaptive_{kind}_pool{d}d"
     x, unbatched = _batched(name, x, d)
+    kernel_dtypes(name, f"adaptive_{kind}_pool{max(d, 2)}d" + ("_cpu" if d == 3 else ""), x)
     sizes = (output_size,) * d if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    if d == 1 and None in sizes:  # torch's 1-D functions take ints only (its 2-D / 3-D keep a None dim's size)
+        raise TypeError(f"{name}(): argument 'output_size' must be tuple of ints, but found element of type "
+                        f"NoneType at pos 0")
     if len(sizes) != d:
         raise _err(f"{name}: output_size must be an int or {d} values, got {output_size!r}")
     out = tuple(n if o is None else int(o) for n, o in zip(x.shape[2:], sizes))

@@ -25,12 +25,13 @@ from flame.frontend.context import user_location
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.losses import pad
-from flame.frontend.norms import widened
+from flame.frontend.norms import kernel_dtypes, widened
 from flame.frontend.pooling import _adaptive, avg_pool2d, avg_pool3d
 from flame.frontend.spatial import _batched, _err, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, stack, where
 from flame.frontend.views import new_tensor
+from flame.ir.dtypes import boolean, u8
 
 __all__ = ["channel_shuffle", "fold", "interpolate", "local_response_norm", "pixel_shuffle", "pixel_unshuffle",
            "unfold", "upsample", "upsample_bilinear", "upsample_nearest"]
@@ -215,6 +216,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         # fixed point, pass by pass, which these float ones do not reproduce
         raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented for an integer input ({x.dtype}) "
                                   f"in flame; convert it to a float dtype first (x.float())\n  at {user_location()}")
+    if mode in ("nearest", "nearest-exact"):  # torch's CPU kernels: floating and uint8 inputs
+        kernel = "upsample_nearest2d_channels_last" if d == 2 else "compute_indices_weights_nearest"
+        kernel_dtypes("interpolate", kernel, x, also=(u8,))
     spatial = x.shape[2:]
     out, scales = _resize(spatial, size, scale_factor, recompute_scale_factor)
     if mode == "area":
@@ -360,6 +364,7 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     """The sliding [kh, kw] blocks of [N, C, H, W] (or [C, H, W]) as columns: [N, C * kh * kw, L] with L
     the blocks in row-major order and the rows channel-major, as torch.nn.functional.unfold."""
     x, unbatched = _batched("unfold", input, 2)
+    kernel_dtypes("unfold", "im2col_out_cpu", x, also=(boolean,))
     k, dil, pad_, st = _window_args("unfold", kernel_size, dilation, padding, stride)
     oh, ow = _blocks("unfold", tuple(x.shape[2:]), k, dil, pad_, st)
     xp = pad(x, (pad_[1], pad_[1], pad_[0], pad_[0])) if any(pad_) else x
@@ -377,6 +382,7 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     if input.ndim not in (2, 3):
         raise _err(f"fold: expected a 2-D (unbatched) or 3-D (batched) input, got {input.dtype}{list(input.shape)}")
     x, unbatched = (input.unsqueeze(0), True) if input.ndim == 2 else (input, False)
+    kernel_dtypes("fold", "col2im_out_cpu", x, also=(boolean,))
     size = ntuple(output_size, 2, "output_size", "fold")
     k, dil, pad_, st = _window_args("fold", kernel_size, dilation, padding, stride)
     oh, ow = _blocks("fold", size, k, dil, pad_, st)

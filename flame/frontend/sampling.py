@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 
-from flame.errors import ShapeError
+from flame.errors import DTypeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import linspace, ones
+from flame.frontend.norms import kernel_dtypes, torch_dtype_name
 from flame.frontend.ops import stack, where
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
@@ -94,6 +95,11 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
                    f"and grid [N, Do, Ho, Wo, 3], got {list(input.shape)} and {list(grid.shape)}")
     if mode == "bicubic" and d != 2:
         raise _err(f"grid_sampler(): bicubic interpolation only supports 4D input, got {list(input.shape)}")
+    if grid.dtype != input.dtype:
+        raise DTypeError(f"grid_sample: expected scalar type {torch_dtype_name(input.dtype)} but found "
+                         f"{torch_dtype_name(grid.dtype)} (grid must have input's dtype, as in PyTorch)\n"
+                         f"  at {user_location()}")
+    kernel_dtypes("grid_sample", "grid_sampler_2d_cpu_kernel_impl" if d == 2 else "grid_sampler3d_cpu", input)
     align = bool(align_corners)
     n, c = input.shape[:2]
     sizes = tuple(input.shape[2:])[::-1]  # along the grid's coordinates: (W, H) or (W, H, D)
@@ -150,6 +156,8 @@ def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tenso
     """The sampling grid of the affine maps theta for an output of `size`: theta [N, 2, 3] and size [N, C, H,
     W] give [N, H, W, 2], theta [N, 3, 4] and size [N, C, D, H, W] give [N, D, H, W, 3]; each output
     pixel's normalized (x, y[, z], 1) times theta^T (what grid_sample then reads)."""
+    if not theta.dtype.is_float:
+        raise ValueError(f"affine_grid: Expected theta to have floating point type, but got {theta.dtype}")
     size = [int(s) for s in size]
     if len(size) not in (4, 5):
         raise _err(f"affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, respectively. "

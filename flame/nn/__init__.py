@@ -153,8 +153,6 @@ from flame.nn.module import (
     Module,
     ModuleDict,
     ModuleList,
-    ParameterDict,
-    ParameterList,
     Sequential,
 )
 from flame.nn.module_hooks import (
@@ -164,6 +162,7 @@ from flame.nn.module_hooks import (
     register_module_full_backward_pre_hook,
 )
 from flame.nn.parameter import Buffer, Parameter, UninitializedBuffer, UninitializedParameter
+from flame.nn.parameter_containers import ParameterDict, ParameterList
 from flame.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from flame.nn.sync_batchnorm import SyncBatchNorm
 from flame.nn.transformer import (

@@ -603,4 +603,6 @@ class EmbeddingBag(Module):
                                include_last_offset=self.include_last_offset, padding_idx=self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
+        norm = "" if self.norm_type == 2 else f", norm_type={self.norm_type!r}"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx!r}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{norm}, mode={self.mode!r}{pad}"

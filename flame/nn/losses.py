@@ -12,6 +12,7 @@ from flame.frontend.ctc import ctc_loss
 from flame.frontend.functional import no_legacy_reduction
 from flame.frontend.linear_cross_entropy import linear_cross_entropy
 from flame.frontend.tensor import Tensor
+from flame.nn.activations import PairwiseDistance
 from flame.nn.layers import Linear
 from flame.nn.loss_base import _Loss, _WeightedLoss
 
@@ -124,7 +125,9 @@ class TripletMarginWithDistanceLoss(_Loss):
         if margin <= 0:
             raise ValueError(f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin} "
                              f"instead")
-        self.distance_function, self.margin, self.swap, self.reduction = distance_function, margin, swap, reduction
+        # torch's default is a PairwiseDistance submodule (so it prints, and moves with the loss)
+        self.distance_function = distance_function if distance_function is not None else PairwiseDistance()
+        self.margin, self.swap, self.reduction = margin, swap, reduction
 
     def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
         return M.triplet_margin_with_distance_loss(anchor, positive, negative, distance_function=self.distance_function,

@@ -33,3 +33,18 @@ def module_list_repr(modules) -> str:
             runs.append([i, i, r])
     lines = [_indented(f"({a}): {r}" if a == b else f"({a}-{b}): {b - a + 1} x {r}") for a, b, r in runs]
     return f"{type(modules).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
+
+def parameter_lines(entries, type_name) -> str:
+    """The extra_repr of a ParameterList / ParameterDict, as torch's: one line per (key, entry),
+    `  (key): Parameter containing: [<type_name(p)> of size 2x3]` (its device after a GPU tensor's size)."""
+    lines = []
+    for key, p in entries:
+        if not hasattr(p, "shape"):
+            lines.append(f"  ({key}): Object of type: {type(p).__name__}")
+            continue
+        device = getattr(p, "device", None)
+        where = f" ({device})" if getattr(device, "type", "cpu") == "cuda" else ""
+        kind = "Parameter" if type(p).__name__ == "Parameter" else "Tensor"
+        lines.append(f"  ({key}): {kind} containing: [{type_name(p)} of size {'x'.join(map(str, p.shape))}{where}]")
+    return "\n".join(lines)

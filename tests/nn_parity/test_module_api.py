@@ -322,3 +322,33 @@ def test_norm_state_without_num_batches_tracked_loads(strict):
         results.append((list(keys.missing_keys), list(keys.unexpected_keys), int(mine[1].num_batches_tracked),
                         int(mine[2].num_batches_tracked), float(mine[1].running_mean[0])))
     assert results[1] == results[0] == ([], [], 7, 0, 0.5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: n.EmbeddingBag(5, 3, padding_idx=0, include_last_offset=True),
+    lambda n: n.EmbeddingBag(5, 3, mode="max", padding_idx=-1),
+    lambda n: n.TripletMarginWithDistanceLoss(margin=0.5),
+], ids=["embedding bag padding_idx", "embedding bag negative padding_idx", "triplet loss default distance"])
+def test_reprs_name_what_torchs_name(make):
+    """EmbeddingBag's repr names padding_idx; TripletMarginWithDistanceLoss's default distance is a
+    PairwiseDistance child, as torch's."""
+    assert repr(make(flame.nn)) == repr(make(torch.nn))
+
+
+@pytest.mark.parametrize("kind", ["ParameterList", "ParameterDict"])
+def test_parameter_container_reprs_list_their_parameters_as_torchs(kind):
+    """One line per parameter, `(key): Parameter containing: [<dtype> of size 3x4]`, as torch's (flame's
+    dtype names in the place of torch's)."""
+    def build(lib):
+        values = [lib.ones(2), lib.zeros(3, 4, dtype=lib.float64)]
+        container = getattr(lib.nn, kind)(values if kind == "ParameterList" else {"a": values[0], "b": values[1]})
+        outer = lib.nn.Module()
+        outer.p = container
+        return repr(outer)
+
+    names = {"torch.float32": "flame.f32", "torch.float64": "flame.f64", "torch.FloatTensor": "flame.f32",
+             "torch.DoubleTensor": "flame.f64"}
+    want = build(torch)
+    for theirs, ours in names.items():
+        want = want.replace(theirs, ours)
+    assert build(flame) == want
