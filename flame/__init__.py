@@ -5,6 +5,7 @@ NumPy reference executor when there is no GPU).
 This module only re-exports the user-facing API; the code lives in flame.frontend (tensors, ops,
 compile, autograd), flame.ir, flame.runtime and the subpackages ARCHITECTURE.md describes."""
 
+import math as _math
 from types import ModuleType as _ModuleType
 
 from flame import ir
@@ -28,7 +29,7 @@ from flame.errors import (
     ZeroDivisorError,
 )
 from flame.frontend.anomaly import is_anomaly_check_nan_enabled, is_anomaly_enabled
-from flame.frontend.autocast import autocast
+from flame.frontend.autocast import autocast, get_autocast_dtype, get_autocast_gpu_dtype, is_autocast_enabled
 from flame.frontend.autograd import grad, value_and_grad
 from flame.frontend.compile import Compiled, CompileStats, compile
 from flame.frontend.context import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
@@ -482,6 +483,7 @@ float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, 
 int8, int16, short, uint8 = i8, i16, i16, u8
 float8_e4m3fn, float8_e5m2 = f8e4m3, f8e5m2  # FP8 storage types (flame.amp.Float8Recipe)
 float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa: A001  (torch's aliases)
+pi, e, inf, nan, newaxis = _math.pi, _math.e, _math.inf, _math.nan, None  # torch.pi, torch.inf ... (Python floats)
 _BACKEND_SETTINGS = ("set_float32_matmul_precision", "get_float32_matmul_precision", "use_deterministic_algorithms",
                      "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled")
 # everything above is public: help(flame) and `from flame import *` list every function and type

@@ -26,6 +26,7 @@ e5m2 gradients, per-tensor scales as the recipe says) and everything else as aut
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -82,14 +83,34 @@ _OFF = AutocastState()
 _state: ContextVar[AutocastState] = ContextVar("flame_autocast", default=_OFF)  # noqa: B039 (frozen)
 
 
-def is_autocast_enabled() -> bool:
-    """True inside an enabled `flame.autocast` region (torch.is_autocast_enabled)."""
+def _device_type(device_type: str, fn: str) -> str:
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"{fn}: unsupported device_type {device_type!r}; expected one of {', '.join(DEVICE_TYPES)}")
+    return device_type
+
+
+def is_autocast_enabled(device_type: str | None = None) -> bool:
+    """True inside an enabled `flame.autocast` region (torch.is_autocast_enabled). One region covers the
+    device flame runs on, so every device_type gives the same answer."""
+    if device_type is not None:
+        _device_type(device_type, "is_autocast_enabled")
     return _state.get().enabled
 
 
-def get_autocast_dtype() -> DType:
-    """The dtype "lower" ops run in inside the current region (torch.get_autocast_dtype)."""
-    return _state.get().dtype
+def get_autocast_dtype(device_type: str | None = None) -> DType:
+    """The dtype "lower" ops run in inside the current region (torch.get_autocast_dtype(device_type)): the
+    innermost region's, enabled or not, else device_type's default (float16 for cuda, bfloat16 for cpu)."""
+    st = _state.get()
+    if st is not _OFF:
+        return st.dtype
+    return DEVICE_TYPES[_device_type("cuda" if device_type is None else device_type, "get_autocast_dtype")]
+
+
+def get_autocast_gpu_dtype() -> DType:
+    """get_autocast_dtype("cuda"), under torch's deprecated name (with its DeprecationWarning)."""
+    warnings.warn("flame.get_autocast_gpu_dtype() is deprecated. Please use flame.get_autocast_dtype('cuda') "
+                  "instead.", DeprecationWarning, stacklevel=2)
+    return get_autocast_dtype("cuda")
 
 
 def get_fp8_recipe() -> Float8Recipe | None:

@@ -243,3 +243,21 @@ def test_f64_is_never_cast_and_bad_arguments_say_why():
     with pytest.raises(ValueError, match="device_type"):
         flame.autocast("tpu")
     assert flame.autocast("cpu").fast_dtype == flame.bf16 and flame.autocast().fast_dtype == flame.f16
+
+
+def test_autocast_state_queries_at_the_top_level_as_torch():
+    """flame.is_autocast_enabled(device_type) / get_autocast_dtype(device_type) / get_autocast_gpu_dtype,
+    torch's names: the innermost region's dtype, enabled or not; each device type's default outside any
+    region (float16 for cuda, bfloat16 for cpu); an unknown device type raises."""
+    assert not flame.is_autocast_enabled() and not flame.is_autocast_enabled("cuda")
+    assert flame.get_autocast_dtype("cuda") == flame.float16 and flame.get_autocast_dtype("cpu") == flame.bfloat16
+    with flame.autocast("cuda", dtype=flame.bfloat16, enabled=False):
+        assert not flame.is_autocast_enabled("cuda") and flame.get_autocast_dtype("cuda") == flame.bfloat16
+    with flame.autocast("cuda", dtype=flame.bfloat16):
+        assert flame.is_autocast_enabled("cuda") and flame.is_autocast_enabled()
+        with pytest.warns(DeprecationWarning, match="get_autocast_gpu_dtype"):
+            assert flame.get_autocast_gpu_dtype() == flame.bfloat16
+    with pytest.raises(ValueError, match="unsupported device_type 'tpu'"):
+        flame.is_autocast_enabled("tpu")
+    with pytest.raises(ValueError, match="unsupported device_type 'tpu'"):
+        flame.get_autocast_dtype("tpu")

@@ -230,3 +230,13 @@ def test_gradient_errors_as_torch():
             call(torch)
         with pytest.raises((type(theirs.value), flame.FlameError)):
             call(flame)
+
+
+def test_torch_constants():
+    """torch.pi / e / inf / nan / newaxis under the same names (Python floats, and None for a new axis)."""
+    for name in ("pi", "e", "inf"):
+        assert getattr(flame, name) == getattr(torch, name) and type(getattr(flame, name)) is float
+    assert np.isnan(flame.nan) and flame.newaxis is None is torch.newaxis
+    x = np.arange(6.0).reshape(2, 3)
+    check(lambda L, t: t[:, L.newaxis].masked_fill(t[:, L.newaxis] > 2, -L.inf) * L.pi, x, compiled=False)
+    check(lambda L, t: t[:, L.newaxis].masked_fill(t[:, L.newaxis] > 2, -L.inf) * L.pi, x, compiled=True)
