@@ -156,3 +156,16 @@ def test_clip_grad_norm_of_mixed_precision_gradients_matches_torch_bit_for_bit(m
     assert total.item() == ref.item()
     for p, t in zip(ours, theirs):
         assert p.grad.to(flame.f32).numpy().tobytes() == t.grad.float().numpy().tobytes()
+
+
+def test_clip_grad_norm_without_gradients_checks_norm_type_and_returns_zero_as_torch():
+    """No parameter has a gradient: torch still converts norm_type (a ValueError for 'fro') and returns a
+    0-d zero; flame returned the zero before looking at norm_type."""
+    tp, fp = torch.nn.Parameter(torch.ones(2)), nn.Parameter(flame.ones(2))
+    want = torch.nn.utils.clip_grad_norm_([tp], 1.0, norm_type=3)
+    got = clip_grad_norm_([fp], 1.0, norm_type=3)
+    assert got.shape == tuple(want.shape) and got.item() == want.item() and got.dtype == flame.f32
+    with pytest.raises(ValueError, match="could not convert string to float: 'fro'"):
+        torch.nn.utils.clip_grad_norm_([tp], 1.0, norm_type="fro")
+    with pytest.raises(ValueError, match="could not convert string to float: 'fro'"):
+        clip_grad_norm_([fp], 1.0, norm_type="fro")

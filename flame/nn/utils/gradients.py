@@ -84,11 +84,8 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm
     so there it raises a TraceError saying to check the returned norm after the call); foreach is
     accepted and changes nothing. Parameters without a gradient are left out."""
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
-    grads = _grads(params)
-    if not grads:
-        return Tensor(0.0)
-    with no_grad():
-        total = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
+    with no_grad():  # without gradients too: norm_type is checked and a 0-d zero returned, as torch's
+        total = get_total_norm(_grads(params), norm_type, error_if_nonfinite, foreach)
     clip_grads_with_norm_(params, max_norm, total, foreach)
     return total
 
