@@ -281,7 +281,7 @@ def index_add(x, dim: int, index, source, *, alpha=1):
     if x.ndim == 0:
         return _one_element("index_add", index_add, x, dim, index, source, alpha=alpha)
     axis, idx = _along("index_add", x, dim, index, source)
-    alpha = coefficient("index_add", "alpha", alpha, x.dtype)  # in x's dtype, as torch's Scalar
+    alpha = coefficient("index_add", "alpha", alpha, x.dtype, checked=True)  # in x's dtype, as torch's Scalar
     return apply("scatter_add", x, idx, source * alpha if alpha != 1 else source, axis=axis)
 
 

@@ -147,7 +147,7 @@ def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: 
     """beta * input + alpha * (mat @ vec); beta and alpha in the tensors' dtype (integer tensors: truncated
     to integers), as torch's Scalars."""
     dt = result_type(input, mat, vec)
-    beta, alpha = coefficient("addmv", "beta", beta, dt), coefficient("addmv", "alpha", alpha, dt)
+    beta, alpha = coefficient("addmv", "beta", beta, dt, True), coefficient("addmv", "alpha", alpha, dt, True)
     mv = mat @ vec
     return (mv if alpha == 1 else mv * alpha) + (input if beta == 1 else input * beta)
 

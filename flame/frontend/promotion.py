@@ -130,14 +130,17 @@ def alpha_check(op: str, name: str, value, dt: DType) -> None:
     if isinstance(value, (float, np.floating)) and not dt.is_float:
         raise DTypeError(f"{op}: for integral input tensors, argument {name} must not be a floating point number "
                          f"(as in PyTorch)\n  at {user_location()}")
+    if dt.is_float:  # torch converts it to the result's dtype with a checked conversion: 1e6 is no f16 alpha
+        fits(op, name, value, dt)
 
 
-def coefficient(op: str, name: str, value, dt: DType):
+def coefficient(op: str, name: str, value, dt: DType, checked: bool = False):
     """A scalar coefficient (alpha, beta, value) of an op whose result has dtype dt, as PyTorch's kernels
     take it: converted to dt rather than taking part in the promotion, so an integer result stays
     integer, a float coefficient truncated toward zero (addmm(beta=2.7) of int64 tensors scales by 2); one
     dt cannot hold raises (`fits`). A 0-d tensor counts as its value (detached; cast to an integer dt, its
-    value checked where known: eagerly)."""
+    value checked where known: eagerly). checked: a Python number must fit a floating dt too (index_add's and
+    addmv's alpha and beta, which torch converts with a checked conversion; addcmul's and addmm's it does not)."""
     if isinstance(value, Tensor):
         value = value.detach()
         if dt.is_float or dt == boolean:
@@ -146,6 +149,8 @@ def coefficient(op: str, name: str, value, dt: DType):
             fits(op, name, value.item(), dt)
         return value.to(dt)
     if dt.is_float or dt == boolean or isinstance(value, (bool, np.bool_)):
+        if checked and dt.is_float:
+            fits(op, name, value, dt)
         return value
     fits(op, name, value, dt)
     return int(value)

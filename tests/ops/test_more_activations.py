@@ -288,8 +288,10 @@ def test_channel_dropout_drops_whole_channels(name, shape):
     module = {"dropout1d": nn.Dropout1d, "dropout2d": nn.Dropout2d, "dropout3d": nn.Dropout3d}[name](0.3)
     module.eval()
     np.testing.assert_array_equal(module(x).numpy(), x.numpy())
-    with pytest.raises(ShapeError, match=f"{name}: expected"):
-        getattr(F, name)(flame.ones(3), 0.5)
+    if name != "dropout3d":  # torch's dropout3d takes a 1-D input as one unbatched channel (with a warning)
+        with pytest.raises(ShapeError, match={"dropout1d": "dropout1d: Expected 2D or 3D input",
+                                              "dropout2d": "Feature dropout requires at least 2 dimensions"}[name]):
+            getattr(F, name)(flame.ones(3), 0.5)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -55,3 +55,17 @@ def test_a_float_argument_an_integer_dtype_cannot_hold_raises(start, compiled):
     check(lambda L, x: L.linspace(start, 3, 3, dtype=L.uint8), M, compiled=compiled)
     check(lambda L, x: L.logspace(start, 3, 3, dtype=L.uint8), M, compiled=compiled)
     check(lambda L, x: x.masked_fill(x > 3, start), np.abs(M).astype(np.uint8), compiled=compiled)
+
+
+CHECKED = ("add", "sub", "addr", "addr beta", "index_add", "addmv")  # torch's checked conversions
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype,v", [("float16", 1e6), ("float16", -7e4), ("float16", float("inf")),
+                                     ("bfloat16", 1e39), ("bfloat16", float("-inf"))], ids=repr)
+def test_coefficients_of_half_tensors_that_their_dtype_cannot_hold(dtype, v, compiled):
+    """add / sub / addr / index_add / addmv convert alpha (and beta) to the tensors' dtype with torch's
+    checked conversion: 1e6 is no f16 coefficient, 1e39 no bf16 one (flame multiplied by them, giving
+    infinities); an infinity passes."""
+    for name in CHECKED:
+        check(lambda L, x, op=OPS[name]: op(L, x.to(getattr(L, dtype)), v), F, compiled=compiled)
