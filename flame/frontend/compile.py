@@ -42,7 +42,7 @@ from flame.frontend.guards import (
     trace_guards,
     value_key,
 )
-from flame.frontend.replay import Replay, flatten, returned_as_is, unflattener
+from flame.frontend.replay import Replay, flatten, returned_as_is, returned_shared, unflattener
 from flame.frontend.saved import hooks_installed
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
@@ -431,6 +431,7 @@ class Compiled:
         g.outputs = [tr.value_of(t) for t in leaves]
         n_user = len(g.outputs)
         tr.returned_as_is = returned_as_is(leaves, tr.args)
+        tr.returned_shared = returned_shared(leaves, tr.returned_as_is)
         for _t, idx, v in tr.mutated():
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)

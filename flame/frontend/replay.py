@@ -79,6 +79,26 @@ def returned_as_is(leaves: list, args: list) -> dict[int, Any]:
     return out
 
 
+def returned_shared(leaves: list, as_is: dict) -> list[tuple[int, Any]]:
+    """(result index, spec) for the results, not handed back as is, that share storage with another
+    result, as torch returns them: the same tensor again (`return y, y`: spec ("same", j), j its first
+    place) or a view of another result (`return y, y.view(-1)`: spec (j, its view ops, y's shape)),
+    made again from that result after each call so that a write through one reaches the other. Views
+    first: a tensor returned twice may be such a view."""
+    first: dict[int, int] = {}
+    for k, t in enumerate(leaves):
+        first.setdefault(id(t), k)
+    views, same = [], []
+    for k, t in enumerate(leaves):
+        if k in as_is:
+            continue
+        if first[id(t)] != k:
+            same.append((k, ("same", first[id(t)])))
+        elif t._base is not None and id(t._base) in first and all(op.view is not None for op, _, _ in t._chain):
+            views.append((k, (first[id(t._base)], tuple((op.name, a) for op, a, _ in t._chain), t._base.shape)))
+    return views + same
+
+
 def _as_is(spec: Any, args: list) -> Tensor | None:
     """The tensor returned_as_is's `spec` stands for in a call with these arguments; None for a view
     of a tensor of another shape than traced (a size a dynamic trace took: its view ops are another's)."""
@@ -143,6 +163,7 @@ class Replay:
         self.users = [(o, v.dtype, v in inputs) for o, v in enumerate(outputs[:n_user])]
         # a captured tensor or an argument the body returned itself (or a view of one) comes back as it
         self.as_is = list(trace.returned_as_is.items())
+        self.shared = trace.returned_shared  # results that are another result, or a view of one
         self.before_run = trace.before_run  # Python state the body set, set again before each run
         self.requires_grad_set = trace.requires_grad_final  # (tensor, flag) per requires_grad the body set
         self.modes_set = trace.modes_final  # (module, training) per module the body switched (train()/eval())
@@ -228,6 +249,14 @@ class Replay:
         for o, spec in self.as_is:
             t = _as_is(spec, args)
             if t is not None:
+                values[o] = t
+        for o, (j, *view) in self.shared:
+            if j == "same":
+                values[o] = values[view[0]]
+            elif values[j].shape == view[1]:  # (a size a dynamic trace took: its view ops are another's)
+                t = values[j]
+                for name, attrs in view[0]:
+                    t = apply(name, t, **attrs)
                 values[o] = t
         return self.unflatten(values)
 
