@@ -10,6 +10,7 @@ something changed (a tensor got a new buffer)."""
 
 from __future__ import annotations
 
+import inspect
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -20,13 +21,39 @@ from flame.errors import OverlapError
 from flame.frontend import views
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply, watch_count, watched
-from flame.frontend.guards import Expected, Namer, role_of
+from flame.frontend.guards import Expected, KeywordNames, Namer, role_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 
 _data = operator.attrgetter("_data")
 _requires_grad = operator.attrgetter("requires_grad")
+
+
+def bind_keywords(fn: Callable, name: str, args: tuple, kwargs: dict) -> tuple:
+    """args with each keyword argument at its parameter's position, as a call of fn binds them (a
+    parameter left out in between takes its default), then the keyword-only ones (and those **kwargs
+    takes) by name order and their KeywordNames: a compiled function's arguments are positional (each
+    one a graph input or a constant of the trace). A keyword fn does not take, or an argument given
+    twice, raises the TypeError Python's call would."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{name}() {e}") from None
+    bound.apply_defaults()
+    named = sorted(k for k in bound.kwargs if k in kwargs)
+    if not named:
+        return bound.args
+    return (*bound.args, *(bound.kwargs[k] for k in named), KeywordNames(tuple(named)))
+
+
+def call_with_keywords(fn: Callable, args: list) -> Any:
+    """fn called with args, whose KeywordNames at the end (bind_keywords) names the keyword arguments."""
+    if args and isinstance(args[-1], KeywordNames):
+        names = args[-1].names
+        n = len(args) - 1 - len(names)
+        return fn(*args[:n], **dict(zip(names, args[n:-1])))
+    return fn(*args)
 
 
 def flatten(obj: Any, leaves: list) -> Any:
