@@ -42,7 +42,15 @@ from flame.frontend.guards import (
     trace_guards,
     value_key,
 )
-from flame.frontend.replay import Replay, flatten, returned_as_is, unflattener
+from flame.frontend.replay import (
+    Replay,
+    bind_keywords,
+    call_with_keywords,
+    flatten,
+    returned_as_is,
+    returned_shared,
+    unflattener,
+)
 from flame.frontend.saved import hooks_installed
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
@@ -390,7 +398,7 @@ class Compiled:
         token = current_trace.set(tr)
         try:
             with tracing_hooks():
-                result = self.fn(*targs)
+                result = call_with_keywords(self.fn, targs)
         finally:
             current_trace.reset(token)
         return tr, result
@@ -431,6 +439,7 @@ class Compiled:
         g.outputs = [tr.value_of(t) for t in leaves]
         n_user = len(g.outputs)
         tr.returned_as_is = returned_as_is(leaves, tr.args)
+        tr.returned_shared = returned_shared(leaves, tr.returned_as_is)
         for _t, idx, v in tr.mutated():
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)
@@ -703,8 +712,8 @@ class Compiled:
         peak, activations saved for the backward. Printable; see flame.plan.memory."""
         return memory_report(self._lookup(self._args(args)).plan)
 
-    def __call__(self, *args):
-        args = self._args(args)
+    def __call__(self, *args, **kwargs):
+        args = self._args(bind_keywords(self.fn, self.name, args, kwargs) if kwargs else args)
         entry = self._lookup(args)
         return self._run(entry, args, checked=entry is self._checked)
 

@@ -143,13 +143,17 @@ def attach(recompute: Recompute, outputs: list, inputs: list) -> list:
     claim(_CALLS, call)
     loc = user_location()
     out = list(outputs)
+    made: dict[int, Tensor] = {}  # a result returned twice (`return y, y`) is marked once: one tensor, as torch's
     for k in recompute.needs:
         t = outputs[k]
+        if id(t) in made:
+            out[k] = made[id(t)]
+            continue
         ins = (*inputs, t)
         marked = Tensor._concrete(t._data, t.dtype)
         marked.requires_grad = True
         marked._node = CompiledNode(
             _op().name, {"call": call.key, "index": k}, ins, record_versions(ins), loc, call=call
         )
-        out[k] = marked
+        out[k] = made[id(t)] = marked
     return out

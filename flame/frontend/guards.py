@@ -632,6 +632,14 @@ def role_of(t: Any) -> str:
     return t._role or ("param" if t.requires_grad else "tensor")
 
 
+@dataclass(frozen=True)
+class KeywordNames:
+    """The last argument of a compiled call given keyword-only arguments (or **kwargs): the values
+    before it are those arguments, by these names (replay.bind_keywords; part of the cache key)."""
+
+    names: tuple[str, ...]
+
+
 def describe_arguments(fn: Callable, args: list) -> list[tuple[str, Any]]:
     """(label, what it is) per argument: ('argument 0 (x)', ('tensor', [64, 784], 'f32', False))."""
     try:
@@ -639,6 +647,8 @@ def describe_arguments(fn: Callable, args: list) -> list[tuple[str, Any]]:
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
+    if args and isinstance(args[-1], KeywordNames):  # the keyword arguments by their names
+        params[len(args) - 1 - len(args[-1].names):] = args[-1].names
     out = []
     for i, a in enumerate(args):
         label = f"argument {i}" + (f" ({params[i]})" if i < len(params) else "")

@@ -10,6 +10,7 @@ something changed (a tensor got a new buffer)."""
 
 from __future__ import annotations
 
+import inspect
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -20,13 +21,39 @@ from flame.errors import OverlapError
 from flame.frontend import views
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply, watch_count, watched
-from flame.frontend.guards import Expected, Namer, role_of
+from flame.frontend.guards import Expected, KeywordNames, Namer, role_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 
 _data = operator.attrgetter("_data")
 _requires_grad = operator.attrgetter("requires_grad")
+
+
+def bind_keywords(fn: Callable, name: str, args: tuple, kwargs: dict) -> tuple:
+    """args with each keyword argument at its parameter's position, as a call of fn binds them (a
+    parameter left out in between takes its default), then the keyword-only ones (and those **kwargs
+    takes) by name order and their KeywordNames: a compiled function's arguments are positional (each
+    one a graph input or a constant of the trace). A keyword fn does not take, or an argument given
+    twice, raises the TypeError Python's call would."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{name}() {e}") from None
+    bound.apply_defaults()
+    named = sorted(k for k in bound.kwargs if k in kwargs)
+    if not named:
+        return bound.args
+    return (*bound.args, *(bound.kwargs[k] for k in named), KeywordNames(tuple(named)))
+
+
+def call_with_keywords(fn: Callable, args: list) -> Any:
+    """fn called with args, whose KeywordNames at the end (bind_keywords) names the keyword arguments."""
+    if args and isinstance(args[-1], KeywordNames):
+        names = args[-1].names
+        n = len(args) - 1 - len(names)
+        return fn(*args[:n], **dict(zip(names, args[n:-1])))
+    return fn(*args)
 
 
 def flatten(obj: Any, leaves: list) -> Any:
@@ -77,6 +104,26 @@ def returned_as_is(leaves: list, args: list) -> dict[int, Any]:
         elif t._base is not None and own(t._base) is not None and all(op.view is not None for op, _, _ in t._chain):
             out[k] = (own(t._base), tuple((op.name, attrs) for op, attrs, _ in t._chain), t._base.shape)
     return out
+
+
+def returned_shared(leaves: list, as_is: dict) -> list[tuple[int, Any]]:
+    """(result index, spec) for the results, not handed back as is, that share storage with another
+    result, as torch returns them: the same tensor again (`return y, y`: spec ("same", j), j its first
+    place) or a view of another result (`return y, y.view(-1)`: spec (j, its view ops, y's shape)),
+    made again from that result after each call so that a write through one reaches the other. Views
+    first: a tensor returned twice may be such a view."""
+    first: dict[int, int] = {}
+    for k, t in enumerate(leaves):
+        first.setdefault(id(t), k)
+    views, same = [], []
+    for k, t in enumerate(leaves):
+        if k in as_is:
+            continue
+        if first[id(t)] != k:
+            same.append((k, ("same", first[id(t)])))
+        elif t._base is not None and id(t._base) in first and all(op.view is not None for op, _, _ in t._chain):
+            views.append((k, (first[id(t._base)], tuple((op.name, a) for op, a, _ in t._chain), t._base.shape)))
+    return views + same
 
 
 def _as_is(spec: Any, args: list) -> Tensor | None:
@@ -143,6 +190,7 @@ class Replay:
         self.users = [(o, v.dtype, v in inputs) for o, v in enumerate(outputs[:n_user])]
         # a captured tensor or an argument the body returned itself (or a view of one) comes back as it
         self.as_is = list(trace.returned_as_is.items())
+        self.shared = trace.returned_shared  # results that are another result, or a view of one
         self.before_run = trace.before_run  # Python state the body set, set again before each run
         self.requires_grad_set = trace.requires_grad_final  # (tensor, flag) per requires_grad the body set
         self.modes_set = trace.modes_final  # (module, training) per module the body switched (train()/eval())
@@ -228,6 +276,14 @@ class Replay:
         for o, spec in self.as_is:
             t = _as_is(spec, args)
             if t is not None:
+                values[o] = t
+        for o, (j, *view) in self.shared:
+            if j == "same":
+                values[o] = values[view[0]]
+            elif values[j].shape == view[1]:  # (a size a dynamic trace took: its view ops are another's)
+                t = values[j]
+                for name, attrs in view[0]:
+                    t = apply(name, t, **attrs)
                 values[o] = t
         return self.unflatten(values)
 

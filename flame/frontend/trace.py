@@ -77,6 +77,8 @@ class Trace:
     # `return x.add_(1)`), or (that, view ops) for a view of one: handed back as that very tensor, or a
     # view of it, as torch returns them (replay.returned_as_is)
     returned_as_is: dict[int, object] = field(default_factory=dict)
+    # results that are another result or a view of one (replay.returned_shared)
+    returned_shared: list = field(default_factory=list)
     # id(concrete tensor) -> (tensor, its .grad as the body sees it now: None, or a traced tensor)
     grad_view: dict[int, tuple] = field(default_factory=dict)
     grad_reads: dict[int, tuple] = field(default_factory=dict)  # id -> (tensor, had a .grad) read before written

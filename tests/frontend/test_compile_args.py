@@ -3,6 +3,7 @@ tensor (as aliased outputs, like parameters) and loss.backward() fills their .gr
 
 import numpy as np
 import pytest
+import torch
 
 import flame
 
@@ -168,3 +169,53 @@ def test_requires_grad_set_on_an_argument_in_the_body_reaches_the_callers_tensor
             g(x)
             flags[lib].append((x.requires_grad, x.grad.tolist(), w.grad.tolist()))
     assert flags[flame] == flags[torch]
+
+
+def _scaled(lib):
+    def f(x, mask=None, shift=0.0, *, scale=1.0, **extra):
+        y = x * scale + shift + extra.get("bias", 0.0)
+        return y if mask is None else y * mask
+
+    return f
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, lib, x: f(x),
+        lambda f, lib, x: f(x, shift=2.0),
+        lambda f, lib, x: f(x, scale=3.0),
+        lambda f, lib, x: f(x, scale=3.0, mask=lib.tensor([0.0, 1.0, 1.0])),
+        lambda f, lib, x: f(x, lib.tensor([1.0, 0.0, 1.0]), scale=-1.0, shift=1.0),
+        lambda f, lib, x: f(x, bias=5.0, scale=2.0),
+        lambda f, lib, x: f(x=x, shift=1.0),
+    ],
+)
+def test_keyword_arguments_bind_as_in_the_eager_call(call):
+    """A compiled function takes keyword arguments as its Python call does (a parameter's name, a
+    keyword-only parameter, **kwargs), with torch eager's results, at every call."""
+    f = flame.compile(_scaled(flame))
+    for k in range(3):
+        want = call(_scaled(torch), torch, torch.arange(3.0) + k)
+        got = call(f, flame, flame.arange(3.0) + k)
+        np.testing.assert_allclose(got.numpy(), want.numpy())
+
+
+def test_a_keyword_the_function_does_not_take_raises_as_python_does():
+    f = flame.compile(_scaled(flame))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'|got an unexpected"):
+        flame.compile(lambda x: x)(flame.ones(2), nope=1)
+    with pytest.raises(TypeError, match="multiple values"):
+        f(flame.ones(2), None, mask=None)
+
+
+def test_a_tensor_given_by_keyword_is_an_argument_updated_in_place():
+    @flame.compile
+    def step(x, *, into):
+        into.add_(x)
+        return into.sum()
+
+    acc = flame.zeros(2)
+    for k in range(1, 4):
+        step(flame.ones(2), into=acc)
+        np.testing.assert_array_equal(acc.numpy(), np.full(2, k, np.float32))

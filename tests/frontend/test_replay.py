@@ -225,3 +225,46 @@ def test_a_view_the_body_returns_of_an_argument_or_a_captured_tensor_shares_its_
         results[lib] = [t.numpy().copy() for t in (x, v, buf, tail)]
     for a, b in zip(results[torch], results[flame]):
         np.testing.assert_allclose(b, a)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_results_that_are_one_tensor_or_views_of_another_result_share_it_as_in_torch(compiled):
+    """`return y, y.view(-1), {"a": y}, [y]` hands back y itself wherever it is returned, and a view of
+    it where a view is: a write through one result reaches the others, at every call, as in torch."""
+    results = {}
+    for lib in (torch, flame):
+
+        def f(x, lib=lib):
+            y = x * 2
+            return y, y.view(-1), y[1:], {"a": y}, [y]
+
+        f = flame.compile(f) if compiled and lib is flame else f
+        got = []
+        for k in range(3):
+            a, v, tail, d, lst = f(lib.arange(3.0) + k)
+            assert d["a"] is a and lst[0] is a
+            v[0] = -1.0
+            tail[0] = 100.0
+            got.append([t.numpy().copy() for t in (a, v, tail, d["a"], lst[0])])
+        results[lib] = got
+    for a, b in zip(results[torch], results[flame]):
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(y, x)
+
+
+def test_a_result_returned_twice_that_requires_grad_is_one_tensor_and_differentiates():
+    """`return y, y` of an input that requires grad: one tensor twice, whose backward reaches x."""
+    got = {}
+    for lib in (torch, flame):
+
+        def f(x):
+            y = x * 3
+            return y, y
+
+        f = flame.compile(f) if lib is flame else f
+        x = lib.ones(2, requires_grad=True)
+        a, b = f(x)
+        assert a is b
+        (a.sum() + b.sum()).backward()
+        got[lib] = x.grad.numpy().copy()
+    np.testing.assert_allclose(got[flame], got[torch])
