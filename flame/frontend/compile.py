@@ -3,7 +3,6 @@ executor, and replay it on later calls without running the Python body again."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import logging
@@ -13,7 +12,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +24,6 @@ from flame.compiler import (
     compile_graph,
     compile_instance,
     optimize_graph,
-    plan_template,
 )
 from flame.errors import ArgumentError, ArgumentTypeError, FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import anomaly, autocast, compiled_outputs, host_random  # noqa: F401 (its tracing hook)
@@ -52,15 +50,13 @@ from flame.frontend.replay import (
     unflattener,
 )
 from flame.frontend.saved import hooks_installed
+from flame.frontend.size_template import SizeTemplate, family, shapes_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
 from flame.plan.memory import memory_report
 from flame.runtime.device import executor
-
-if TYPE_CHECKING:
-    from flame.plan.instance import PlanTemplate
 
 log = logging.getLogger("flame")
 
@@ -83,17 +79,17 @@ class _Entry:
     namer: Namer
     record: debug.CompileRecord | None = None  # kept only while the debug CLI observes
     last_used: int = 0
-    template: _Dynamic | None = None  # set on an entry instantiated from a dynamic-size template
+    template: SizeTemplate | None = None  # set on an entry instantiated from a dynamic-size template
     needs: tuple = ()  # user outputs torch would say require grad, of a body that ran no backward (compiled_outputs)
     recompute: compiled_outputs.Recompute | None = None  # their backward, made at the first call that marks them
 
     @property
     def family(self) -> tuple:
-        return _family(self.key)
+        return family(self.key)
 
     @property
     def shapes(self) -> dict[int, tuple]:
-        return _shapes(self.key)
+        return shapes_of(self.key)
 
     def forward_graph(self) -> Graph:
         """The traced graph at this entry's sizes (an entry instantiated from a plan template has none
@@ -166,88 +162,6 @@ def _holds_tensor(a: Any) -> bool:
     return isinstance(a, (tuple, list)) and any(isinstance(x, Tensor) or _holds_tensor(x) for x in a)
 
 
-def _family(key: tuple) -> tuple:
-    """A signature with each tensor's shape replaced by its rank: the calls one template can serve."""
-    return tuple(("T", len(k[1]), *k[2:]) if k[0] == "T" else k for k in key)
-
-
-def _shapes(key: tuple) -> dict[int, tuple]:
-    """{argument position: shape} of a signature's tensor arguments."""
-    return {i: k[1] for i, k in enumerate(key) if isinstance(k, tuple) and k[:1] == ("T",)}
-
-
-@dataclass(eq=False)
-class _Dynamic:
-    """A template (flame.frontend.dynamic) and the traced entry whose Python-side facts (output
-    structure, .grad targets, bindings, guards) every size instantiated from it shares."""
-
-    template: Template
-    base: _Entry
-    instances: int = 0
-    planned: Template | None = None  # the optimised graphs' template: a new size is only planned
-    plans: PlanTemplate | None = None  # planned's plan at every size (made once, when planned is learned)
-    not_planned: str = ""  # why there is none (a new size then runs the passes and compiles)
-    optimised: list = dataclasses.field(default_factory=list)  # the passes' graphs at sizes so far
-    sources: set = dataclasses.field(default_factory=set)  # kernel sources compiled for its sizes so far
-
-    def learn(self, graph: Graph, budget: float | None) -> None:
-        """Fit the graph the passes made at one size against those made at the sizes before (a dim
-        equal to s0 at one size may be fused otherwise there) into `planned`, or say why not (`budget`:
-        a memory or activation budget, which plans what to recompute per size)."""
-        if budget is not None:
-            self.not_planned = "a memory or activation budget plans what to recompute per size"
-            return
-        for other in self.optimised:
-            dims = {(k, d): (other.inputs[k].shape[d], graph.inputs[k].shape[d]) for k, d in self.input_dims}
-            try:
-                self.planned = Template(other, graph, dims, primary=self.input_dims[0])
-            except NotDynamic as e:
-                self.not_planned = f"the optimised graphs at two sizes differ: {e}"
-                log.info("flame.compile: %s: %s", graph.name, self.not_planned)
-                continue
-            planned = self.planned
-            try:
-                # recording and checking (check) need SymInts; a size served by a recorded plan needs the
-                # graph's numbers only (the plan's are evaluated from its forms), as plain ints: cheaper
-                self.plans = plan_template(
-                    lambda s, check, planned=planned: planned.instantiate(s, symbolic=check, check=check),
-                    planned.sizes)
-            except NotDynamic as e:
-                self.planned, self.not_planned = None, f"the optimised graph cannot be planned at its sizes: {e}"
-                log.info("flame.compile: %s: %s", graph.name, self.not_planned)
-                continue
-            return
-        self.optimised.insert(0, graph)
-
-    @functools.cached_property
-    def input_dims(self) -> tuple:
-        """The template's (argument, dim) pairs as (graph input, dim) pairs."""
-        at = {b.arg: k for k, b in enumerate(self.base.trace.bindings) if b.kind == "arg"}
-        return tuple((at[i], d) for i, d in self.template.dims)
-
-    def size_of(self, key: tuple) -> int | None:
-        """The size s0 takes in a call with this signature, or None if the template does not cover it
-        (another dim changed, or a dim that follows s0 is not its form at this s0)."""
-        if _family(key) != self.base.family:
-            return None
-        shapes, base, dims = _shapes(key), self.base.shapes, self.template.dims
-        (i0, d0), *others = dims
-        s = shapes[i0][d0]
-        if any(shapes[i][d] != self.template.size_at(k, d, s)
-               for (i, d), (k, _) in zip(others, self.input_dims[1:])):
-            return None
-        if any(shapes[i][d] != n for i, shape in base.items() for d, n in enumerate(shape) if (i, d) not in dims):
-            return None
-        return s
-
-    def describe(self) -> str:
-        t = self.template
-        forms = [str(t.inputs[k][2][d]) for k, d in self.input_dims]
-        dims = ", ".join(f"argument {i} dim {d}" + ("" if form == t.symbol else f" = {form}")
-                         for (i, d), form in zip(t.dims, forms))
-        return f"{dims} ({self.template.symbol} = {', '.join(map(str, self.template.sizes))}, ...)"
-
-
 @dataclass(frozen=True)
 class CompileStats:
     """What a compiled function has done so far (`Compiled.stats()`)."""
@@ -307,7 +221,7 @@ class Compiled:
     Dynamic sizes (`dynamic`, see flame.compile): once a tensor argument's dim has been traced at two
     sizes, the two traces make one template with that dim as a symbol (flame.frontend.dynamic), and
     each later size is an instantiation of it (the Python body does not run). Once the graphs the
-    passes made at two sizes fit one template too (`_Dynamic.learn`), an instantiation only plans
+    passes made at two sizes fit one template too (`SizeTemplate.learn`), an instantiation only plans
     (compiler.compile_instance: kernels take the size as a parameter, so the executor compiles no new
     kernel source); until then it runs the passes and compiles for its size. Each size keeps its own
     plan (and CUDA graph) in the cache;
@@ -345,8 +259,9 @@ class Compiled:
         self._last: _Entry | None = None
         self._memo: tuple | None = None  # the last call's signature (see _signature)
         self._checked: _Entry | None = None  # the entry this call's _lookup found valid (a cache hit)
-        self._templates: list[_Dynamic] = []
+        self._templates: list[SizeTemplate] = []
         self._static: dict[tuple, str] = {}  # (family, dims) -> why those dims cannot be dynamic
+        self._mispredicted: set[tuple] = set()  # (family, dims) whose template a later size's trace refuted
         self._instantiations = 0
         self._instantiate_seconds = 0.0
         self._size_kernels = 0
@@ -490,6 +405,8 @@ class Compiled:
             s = dyn.size_of(key)
             if s is None or dyn.base.valid(args):
                 continue
+            if not dyn.checked and (refuted := self._check_template(dyn, args, s)) is not None:
+                return refuted, ""  # the first size it serves is traced too (Template.differs)
             t0 = time.perf_counter()
             try:  # with a plan template, its guards and forms stand for the traced graph's shape rules
                 g = dyn.template.instantiate(s) if dyn.plans is None else None
@@ -518,7 +435,23 @@ class Compiled:
             return entry, ""
         return None, ""
 
-    def _note_kernels(self, dyn: _Dynamic, plan, s: int, inst) -> None:
+    def _check_template(self, dyn: SizeTemplate, args: list, s: int) -> _Entry | None:
+        """Trace the body at s, the first size dyn serves: None where the trace is dyn's graph at s (dyn
+        then serves it and later sizes); else the trace's entry, compiled, with dyn dropped, its dims
+        traced per size from now on and a warning saying where the trace and the template differ."""
+        self._traces += 1
+        entry = self._build(args, compile=False)
+        why = dyn.template.differs(entry.traced, s)
+        if not why:
+            dyn.checked = True
+            return None
+        self._templates.remove(dyn)
+        self._mispredicted.add((dyn.base.family, tuple(sorted(dyn.template.dims))))
+        self._warn(f"{dyn.describe()} does not hold: {why} (a number computed from the size that is not affine "
+                   f"in it, equal at the sizes traced); specialising per size")
+        return self._compile(entry)
+
+    def _note_kernels(self, dyn: SizeTemplate, plan, s: int, inst) -> None:
         """Count and log what size s cost beyond evaluating the plan template (flame.plan.instance
         Instance): a plan built again or recorded for its class, kernels rendered again (a guard
         fails) or per size (no size parameter), kernel sources new to dyn's sizes."""
@@ -546,6 +479,8 @@ class Compiled:
         """Try to make the dims in which `new` differs from `old` (same family, both traced) dynamic.
         Returns the RecompileWarning's reason: the dims becoming dynamic, or why they cannot."""
         dims = changed_dims(old.shapes, new.shapes)
+        if (old.family, tuple(sorted(dims))) in self._mispredicted:
+            return ""  # a template of these dims did not hold at a size after them (_check_template)
         shown = ", ".join(f"argument {i} dim {d}" for i, d in sorted(dims))
         sizes = ", ".join(f"{a}, {b}" for a, b in sorted(set(dims.values()), reverse=True))
         try:
@@ -555,7 +490,7 @@ class Compiled:
                 return ""  # said once: later sizes re-trace with the plain reason
             self._static[(old.family, tuple(sorted(dims)))] = str(e)
             return f"{shown} changed (sizes {sizes}) but cannot be dynamic: {e}; specialising per size"
-        self._templates.insert(0, _Dynamic(template, new))
+        self._templates.insert(0, SizeTemplate(template, new))
         if old.plan is not None:  # both sizes ran the passes: a new size only plans
             self._templates[0].learn(old.graph, self._budget)
             self._templates[0].learn(new.graph, self._budget)
@@ -632,10 +567,10 @@ class Compiled:
         # a sibling: the last traced entry of these arguments' family at other sizes (it may become a template)
         sibling = None
         if not why and self.dynamic is not False:
-            sibling = next((e for e in self._entries() if e.family == _family(key) and e.key != key
+            sibling = next((e for e in self._entries() if e.family == family(key) and e.key != key
                             and not e.valid(args)), None)
         # dynamic=True, the first trace of a family: compiled by _probe (from the size template when one is made)
-        probe = self.dynamic is True and sibling is None and not any(e.family == _family(key)
+        probe = self.dynamic is True and sibling is None and not any(e.family == family(key)
                                                                      for e in self._entries())
         t0 = time.perf_counter()
         entry = self._build(args, compile=not probe)

@@ -259,6 +259,23 @@ class Template:
         except NotDynamic:
             return None
 
+    def differs(self, traced: Graph, s: int) -> str:
+        """'' where `traced`, the body traced at size s, is this template's graph at s; else where they
+        first differ. Two sizes cannot tell a number that is not affine in the size from a constant where
+        the number is equal at both (n // 2 at sizes 2 and 3, n % 2 at 4 and 6, min(n, 4) at 5 and 7),
+        so the first size a template serves is traced too and checked against it."""
+        try:
+            mine = print_graph(self.instantiate(s)).splitlines()
+        except NotDynamic as e:
+            return str(e)
+        theirs = print_graph(traced).splitlines()
+        line = next(((a, b) for a, b in zip(theirs, mine) if a != b), None)
+        if line is None and len(mine) == len(theirs):
+            return ""
+        if line is None:
+            return f"the trace at size {s} has {len(theirs)} lines, the template {len(mine)}"
+        return f"at size {s} the trace has `{line[0].strip()}` where the template has `{line[1].strip()}`"
+
     def instantiate(self, s: int, symbolic: bool = False, check: bool = True) -> Graph:
         """The graph at size s0 = s, each op's result type checked against its shape rule (with its
         fusion groups, if the traced graphs had them). symbolic: the sizes are SymInts, so codegen

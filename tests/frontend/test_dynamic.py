@@ -73,7 +73,7 @@ def _digits_batches(sizes):
 SIZES = (64, 64, 32, 17, 64)
 
 
-def test_mlp_batch_sizes_trace_twice_and_match_the_specialised_compiles():
+def test_mlp_batch_sizes_trace_twice_then_check_and_match_the_specialised_compiles():
     batches = _digits_batches(SIZES)
     want_losses, want_params, static, static_warns, _ = _run(_mlp, batches, False)
     assert (static.traces, static.instantiations) == (3, 0)  # dynamic=False: today's behaviour
@@ -83,11 +83,12 @@ def test_mlp_batch_sizes_trace_twice_and_match_the_specialised_compiles():
     np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
     for p, q in zip(params, want_params):
         np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-7)
-    assert (s.traces, s.instantiations, s.cache_hits, s.calls) == (2, 1, 2, 5)
+    # 64 and 32 traced (the template), 17 traced once more to check it, then instantiated
+    assert (s.traces, s.instantiations, s.cache_hits, s.calls) == (3, 1, 2, 5)
     assert warns == ["flame.compile: re-tracing step: argument 0 (x): shape [64, 64] -> [32, 64]; argument 1 (y): "
                      "shape [64] -> [32]; argument 0 dim 0, argument 1 dim 0 are now dynamic (sizes 64, 32)"]
     assert s.dynamic == ("argument 0 dim 0, argument 1 dim 0 (s0 = 64, 32, ...)",)
-    assert "2 trace(s), 1 size instantiation(s)" in str(s)
+    assert "3 trace(s), 1 size instantiation(s)" in str(s)
     text = str(step._templates[0].template)  # the template prints with its symbol
     assert "%0: f32[s0,64] data, %1: i64[s0] data" in text and "bool[s0]" in text  # the labels kept, per row
 
@@ -95,8 +96,9 @@ def test_mlp_batch_sizes_trace_twice_and_match_the_specialised_compiles():
     np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
     for p, q in zip(params, want_params):
         np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-7)
-    # the first call traces at 64 and probes at 65; 32 and 17 are instantiated, silently
-    assert (s.traces, s.instantiations, s.variants) == (2, 2, 1)
+    # the first call traces at 64 and probes at 65; 32 is traced to check the template, then 32 and 17
+    # are instantiated, silently
+    assert (s.traces, s.instantiations, s.variants) == (3, 2, 1)
     assert warns == []
 
 
@@ -120,21 +122,21 @@ def _tokens(lengths):
     return [(rng.integers(0, 11, (2, t)), rng.integers(0, 11, (2, t))) for t in lengths]
 
 
-def test_gpt_step_at_several_sequence_lengths_traces_twice():
+def test_gpt_step_at_several_sequence_lengths_traces_three_times():
     batches = _tokens((8, 5, 12, 3, 8, 10))
     want_losses, want_params, *_ = _run(_gpt, batches, False)
     losses, params, s, warns, _ = _run(_gpt, batches, None)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     for p, q in zip(params, want_params):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
-    assert (s.traces, s.instantiations, s.cache_hits) == (2, 3, 1)
+    assert (s.traces, s.instantiations, s.cache_hits) == (3, 3, 1)  # 8, 5; 12 checked
     assert len(warns) == 1 and "argument 0 dim 1, argument 1 dim 1 are now dynamic (sizes 8, 5)" in warns[0]
 
 
 def test_a_size_that_traces_differently_is_specialised_and_the_next_pair_is_tried():
     # at the model's full length wpe[:T] is wpe itself (no slice op): those two traces differ
     _, _, s, warns, _ = _run(_gpt, _tokens((16, 8, 5, 12)), None)
-    assert (s.traces, s.instantiations) == (3, 1)
+    assert (s.traces, s.instantiations) == (4, 1)  # 16, 8, 5; 12 checked
     assert len(warns) == 2
     assert "changed (sizes 16, 8) but cannot be dynamic: the traces at sizes 16 and 8 differ in their ops" in warns[0]
     assert "specialising per size" in warns[0]
@@ -167,7 +169,7 @@ def test_a_size_the_affine_forms_cannot_take_is_traced_and_says_why():
 
     xs = [np.arange(n * 3, dtype=np.float32).reshape(n, 3) for n in (64, 32, 40, 17)]
     _, _, s, warns, step = _run(_simple(f), [(x,) for x in xs], None)
-    assert (s.traces, s.instantiations) == (3, 1)  # 40 -> 20 instantiated; 17 -> 8 is not s/2
+    assert (s.traces, s.instantiations) == (4, 1)  # 40 -> 20 checked and instantiated; 17 -> 8 is not s/2
     assert "now dynamic (sizes 64, 32)" in warns[0]
     assert "argument 0 dim 0 (s0 = 64, 32, ...) cannot take size 17" in warns[1]
     assert "s0 is 17/2 at s0=17, not a size" in warns[1] or "at s0=17, not a size" in warns[1]
@@ -189,7 +191,7 @@ def test_dims_that_change_by_different_sizes_follow_one_symbol():
     rng = np.random.default_rng(0)
     calls = [(rng.standard_normal((n, 4)), rng.standard_normal(4 * n)) for n in (5, 2, 3, 7, 3)]
     _, _, s, warns, step = _run(_simple(f), calls, None)
-    assert (s.traces, s.instantiations) == (2, 2)
+    assert (s.traces, s.instantiations) == (3, 2)  # 5, 2; 3 checked
     assert warns == ["flame.compile: re-tracing f: argument 0 (x): shape [5, 4] -> [2, 4]; argument 1 (y): shape "
                      "[20] -> [8]; argument 0 dim 0, argument 1 dim 0 are now dynamic (sizes 20, 8, 5, 2)"]
     assert s.dynamic == ("argument 0 dim 0, argument 1 dim 0 = 4*s0 (s0 = 5, 2, ...)",)
@@ -213,7 +215,7 @@ def test_a_size_squared_is_caught_by_the_shape_rules():
     xs = [np.arange(n, dtype=np.float32) for n in (4, 6, 10)]
     _, _, s, warns, step = _run(_simple(f), [(x,) for x in xs], None)
     assert (s.traces, s.instantiations) == (3, 0)
-    assert "cannot take size 10" in warns[1] and "reshape" in warns[1]
+    assert "does not hold" in warns[1] and "reshape" in warns[1]  # the check of size 10
     for x in xs:
         np.testing.assert_array_equal(step(flame.tensor(x)).numpy(), np.outer(x, x).reshape(-1) + 1)
 
@@ -254,7 +256,7 @@ def test_mlp_new_batch_sizes_plan_without_new_kernels_and_match_the_static_compi
     want_losses, want_params, *_ = _run(_mlp, batches, False)
     losses, params, s, _, step = _run(_mlp, batches, None)
     _same_training(losses, params, want_losses, want_params, 1e-6)
-    assert (s.traces, s.instantiations) == (2, 5)
+    assert (s.traces, s.instantiations) == (3, 5)  # 64, 48; 17 checked
     dyn = step._templates[0]
     assert dyn.planned is not None, dyn.not_planned
     for e in _instances(step):
@@ -266,13 +268,13 @@ def test_mlp_new_batch_sizes_plan_without_new_kernels_and_match_the_static_compi
     assert "kernel source(s) new after the first" in str(s)
 
 
-def test_gpt_step_at_ten_sequence_lengths_traces_twice_and_reuses_its_kernels():
+def test_gpt_step_at_ten_sequence_lengths_traces_three_times_and_reuses_its_kernels():
     lengths = (8, 5, 12, 3, 10, 7, 11, 6, 9, 4)
     batches = _tokens(lengths)
     want_losses, want_params, *_ = _run(_gpt, batches, False)
     losses, params, s, warns, step = _run(_gpt, batches, None)
     _same_training(losses, params, want_losses, want_params, 1e-5)
-    assert (s.traces, s.instantiations) == (2, 8)
+    assert (s.traces, s.instantiations) == (3, 8)  # 8, 5; 12 checked
     assert step._templates[0].planned is not None
     sources = [{k.source for k in e.plan.kernels()} for e in _instances(step) if _launches_taking_s0(e.plan)]
     assert len(sources) >= 6
@@ -339,7 +341,7 @@ def test_new_sizes_evaluate_the_recorded_plan_and_equal_the_static_compiles_exac
     np.testing.assert_array_equal(losses, want_losses)
     for p, q in zip(params, want_params):
         np.testing.assert_array_equal(p.numpy(), q)
-    assert (s.traces, s.instantiations) == (2, len(warm) - 1 + len(new))
+    assert (s.traces, s.instantiations) == (3, len(warm) - 1 + len(new))  # the probe; the first instance checked
     assert renders == [] and (s.size_replans, s.size_rerenders) == (0, 0), str(s)
     assert "0 size(s) planned again, 0 kernel(s) rendered again" in str(s)
     variants = step._templates[0].plans.variants
@@ -436,7 +438,7 @@ def test_gpt_block_new_sizes_evaluate_the_recorded_plan_and_equal_the_static_com
     np.testing.assert_array_equal(got, want)
     for p, q in zip(params, static_params):
         np.testing.assert_array_equal(_numpy(p), q)
-    assert (s.traces, s.instantiations) == (2, len(warm) + len(new) - 2), str(s)  # traced at 40 and 41
+    assert (s.traces, s.instantiations) == (3, len(warm) + len(new) - 2), str(s)  # 40, 41; the next checked
     assert renders == [] and (s.size_replans, s.size_rerenders) == (0, 0), str(s)
     assert not {v.size for v in step._templates[0].plans.variants} & set(new)
 
@@ -536,7 +538,7 @@ def test_dynamic_true_first_call_runs_the_template_kernels(cuda_target):
     step(*(flame.tensor(a) for a in later))
     assert {k.source for k in step._last.plan.kernels()} <= sources
     s = step.stats()
-    assert (s.traces, s.instantiations, s.size_kernels, s.size_replans) == (2, 1, 0, 0), str(s)
+    assert (s.traces, s.instantiations, s.size_kernels, s.size_replans) == (3, 1, 0, 0), str(s)  # 48 checked
 
 
 def test_odd_sizes_reuse_the_batch_means_kernel(cuda_target):
@@ -548,3 +550,23 @@ def test_odd_sizes_reuse_the_batch_means_kernel(cuda_target):
         step(*(flame.tensor(a) for a in _digits_batches((n,))[0]))
     s = step.stats()
     assert (s.instantiations, s.size_kernels, s.size_rerenders) == (4, 0, 0), str(s)
+
+
+@pytest.mark.parametrize("form,sizes", [(lambda n: n // 2, (2, 3, 4, 5, 7, 8)), (lambda n: n % 2, (4, 6, 9, 5, 7)),
+                                        (lambda n: min(n, 4), (5, 7, 2, 3, 9))], ids=["floordiv", "mod", "min"])
+def test_a_number_equal_at_the_two_traced_sizes_is_checked_at_the_next(form, sizes):
+    """A Python number computed from the size that is not affine in it but equal at the two sizes traced
+    (n // 2 at 2 and 3) made the template take it for a constant: every later size silently used it. The
+    first size the template would serve is traced too; the trace refutes it, says where, and the dims are
+    specialised per size from then on: every call computes what the function does at its size."""
+
+    def f(x):
+        return (x * form(x.shape[0])).sum(0) + x.mean()
+
+    xs = [np.arange(n * 3, dtype=np.float32).reshape(n, 3) for n in sizes]
+    _, _, s, warns, step = _run(_simple(f), [(x,) for x in xs], None)
+    assert (s.traces, s.instantiations) == (len(sizes), 0) and step._templates == []
+    assert f"(s0 = {sizes[0]}, {sizes[1]}, ...) does not hold: at size {sizes[2]} the trace has" in warns[1]
+    assert all("now dynamic" not in w for w in warns[2:])  # not made again from later pairs
+    for x in xs:
+        np.testing.assert_allclose(step(flame.tensor(x)).numpy(), (x * form(len(x))).sum(0) + x.mean(), rtol=1e-6)
