@@ -78,6 +78,7 @@ from flame.frontend.data_dependent import (
 from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
 from flame.frontend.dtype_info import finfo, iinfo
 from flame.frontend.einsum import einsum
+from flame.frontend.foreach import *  # noqa: F403  (_foreach_add, _foreach_lerp_ ...: its __all__)
 from flame.frontend.memory_format import (
     channels_last,
     channels_last_3d,
