@@ -352,6 +352,7 @@ from flame.frontend.real_tensors import (
     resolve_conj,
     resolve_neg,
 )
+from flame.frontend.size import Size
 from flame.frontend.special_math import i0
 from flame.frontend.special_math import multigammaln as mvlgamma
 from flame.frontend.tensor import Tensor, set_printoptions
