@@ -42,6 +42,7 @@ from flame.frontend.creation import (
     eye,
     from_dlpack,
     from_numpy,
+    frombuffer,
     full,
     full_like,
     get_rng_state,
