@@ -42,6 +42,7 @@ from flame.frontend.creation import (
     eye,
     from_dlpack,
     from_numpy,
+    frombuffer,
     full,
     full_like,
     get_rng_state,
@@ -78,6 +79,7 @@ from flame.frontend.data_dependent import (
 from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
 from flame.frontend.dtype_info import finfo, iinfo
 from flame.frontend.einsum import einsum
+from flame.frontend.foreach import *  # noqa: F403  (_foreach_add, _foreach_lerp_ ...: its __all__)
 from flame.frontend.memory_format import (
     channels_last,
     channels_last_3d,
@@ -351,6 +353,7 @@ from flame.frontend.real_tensors import (
     resolve_conj,
     resolve_neg,
 )
+from flame.frontend.size import Size
 from flame.frontend.special_math import i0
 from flame.frontend.special_math import multigammaln as mvlgamma
 from flame.frontend.tensor import Tensor, set_printoptions

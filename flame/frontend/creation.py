@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
+from flame.errors import ArgumentError, ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import made_like, no_grad, user_location
 from flame.frontend.default_dtype import float_dtype, get_default_dtype
@@ -50,6 +50,36 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
     if not isinstance(a, np.ndarray):
         raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(a).__name__}")
     return as_tensor(a, dtype_of(a.dtype))
+
+
+def frombuffer(buffer: Any, *, dtype: Any, count: int = -1, offset: int = 0, requires_grad: bool = False) -> Tensor:
+    """A 1-d tensor of `dtype` read from an object with the buffer protocol (bytes, bytearray, memoryview,
+    array.array, mmap), skipping `offset` bytes and reading `count` elements (-1: all that are left), with
+    torch.frombuffer's checks. A writable buffer is shared on the reference executor, as torch shares it; a
+    read-only one (bytes) is copied, where torch warns and shares memory it may not write."""
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise ArgumentError("object does not implement Python buffer protocol.") from None
+    dt, length = dtype_of(dtype), view.nbytes
+    if length == 0 or count == 0:
+        raise ArgumentError(f"both buffer length ({length}) and count ({count}) must not be 0")
+    if offset < 0 or offset >= length:
+        raise ArgumentError(f"offset ({offset} bytes) must be non-negative and no greater than buffer length "
+                            f"({length} bytes) minus 1")
+    size = dt.itemsize
+    if count < 0:
+        if (length - offset) % size:
+            raise ArgumentError(f"buffer length ({length - offset} bytes) after offset ({offset} bytes) must be a "
+                                f"multiple of element size ({size})")
+        count = (length - offset) // size
+    elif offset + count * size > length:
+        raise ArgumentError(f"requested buffer length ({count} * {size} bytes) after offset ({offset} bytes) must "
+                            f"not be greater than actual buffer length ({length} bytes)")
+    arr = np.frombuffer(view.cast("B") if view.ndim != 1 or view.format != "B" else view, dtype=dt.np_dtype,
+                        count=count, offset=offset)
+    out = as_tensor(arr if arr.flags.writeable else arr.copy(), dt)
+    return out.requires_grad_() if requires_grad else out
 
 
 def from_dlpack(ext_tensor) -> Tensor:

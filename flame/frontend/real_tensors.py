@@ -2,7 +2,9 @@
 flame's tensors. flame has no complex dtypes, so every tensor is real, and for a real tensor torch's
 conj, conj_physical, resolve_conj, resolve_neg and real return the tensor itself (the same object: a
 write into the result is a write into the input), is_conj, is_neg and is_complex are False, and imag
-raises torch's error."""
+raises torch's error. Every flame tensor is dense, strided and plain, so is_sparse, is_sparse_csr,
+is_quantized, is_meta and is_nested are False, and to_dense() is the tensor itself (checks such as an
+optimizer's `if grad.is_sparse: raise` port as they are)."""
 
 from __future__ import annotations
 
@@ -122,6 +124,30 @@ class TensorRealQueries:
     @property
     def imag(self):
         return imag(self)
+
+    @property
+    def is_sparse(self) -> bool:
+        return False
+
+    @property
+    def is_sparse_csr(self) -> bool:
+        return False
+
+    @property
+    def is_quantized(self) -> bool:
+        return False
+
+    @property
+    def is_meta(self) -> bool:
+        return False
+
+    @property
+    def is_nested(self) -> bool:
+        return False
+
+    def to_dense(self, dtype=None, *, masked_grad=None):
+        """self (a dense tensor already), or self.to(dtype), as torch's for a strided tensor."""
+        return self if dtype is None else self.to(dtype)
 
     def get_device(self) -> int:
         """The index of the GPU holding the tensor, or -1 on the CPU, as torch's: a tensor of the

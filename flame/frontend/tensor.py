@@ -25,9 +25,12 @@ from flame.errors import (
 )
 from flame.frontend.context import current_trace, inference_enabled, user_location
 from flame.frontend.default_dtype import get_default_dtype
+from flame.frontend.size import Size
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, i64, promote
 from flame.ir.types import TensorType
 from flame.runtime.device import Device, device_of, executor, get_device
+
+_new_size = tuple.__new__  # (Size's checks skipped: a tensor's sizes are ints already)
 
 _NON_LEAF_GRAD = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute won't be "
@@ -242,8 +245,9 @@ class Tensor:
 
     # ---- metadata -------------------------------------------------------------------------------
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self._value.type.shape if self._value is not None else tuple(self._data.shape)
+    def shape(self) -> Size:
+        """torch's x.shape: a flame.Size, the tuple of the dimensions' sizes."""
+        return _new_size(Size, self._value.type.shape if self._value is not None else self._data.shape)
 
     @property
     def dtype(self) -> DType:

@@ -14,6 +14,7 @@ from flame.errors import ArgumentError, ArgumentRangeError, AutogradError, Shape
 from flame.frontend import views
 from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.creation import tensor
+from flame.frontend.size import Size
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import full
 from flame.frontend.tensor_core import where as select
@@ -296,6 +297,24 @@ class TensorShapes:
                           layout=None, pin_memory: bool = False):
         """self.new_empty(size): flame's tensors are row-major, so the strides are accepted and not kept."""
         return self.new_empty(*size, dtype=dtype, device=device).requires_grad_(requires_grad)
+
+    def new(self, *args, device=None):
+        """torch's legacy constructor: x.new(2, 3) or x.new(flame.Size([2, 3])) an uninitialised tensor of self's
+        dtype (flame's are zeros, as new_empty's), x.new([1, 2]) (a list or tuple: data) new_tensor's, x.new()
+        an empty 1-d one, x.new(t) t itself for a tensor t of self's dtype; never requiring grad."""
+        if len(args) == 1 and isinstance(args[0], Tensor):
+            if args[0].dtype != self.dtype:
+                raise TypeError(f"new(): expected a tensor of dtype {self.dtype} (got {args[0].dtype})")
+            return args[0].detach()
+        if len(args) == 1 and isinstance(args[0], (list, tuple)) and not isinstance(args[0], Size):
+            return self.new_tensor(args[0], device=device)
+        if len(args) == 1 and isinstance(args[0], Size):
+            return self.new_empty(tuple(args[0]), device=device)
+        for a in args:
+            if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+                what = "new(): data must be a sequence" if len(args) == 1 else "new(): argument 'size' must be int"
+                raise TypeError(f"{what} (got {type(a).__name__})")
+        return self.new_empty(*(args or (0,)), device=device)
 
     def ndimension(self) -> int:
         return self.ndim

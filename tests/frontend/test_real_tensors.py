@@ -138,3 +138,11 @@ def test_real_is_the_tensor_and_imag_is_torchs_error(dtype):
     (tw.real * 3).sum().backward()
     np.testing.assert_array_equal(w.grad.numpy(), tw.grad.numpy())
     np.testing.assert_array_equal(flame.compile(lambda t: t.real * 2)(flame.tensor([1.0, 2.0])).numpy(), [2.0, 4.0])
+
+
+def test_layout_queries_and_to_dense_as_torch():
+    fx, tx = flame.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+    for name in ("is_sparse", "is_sparse_csr", "is_quantized", "is_meta", "is_nested"):
+        assert getattr(fx, name) is getattr(tx, name) is False
+    assert fx.to_dense() is fx and tx.to_dense() is tx
+    assert fx.to_dense(flame.float64).dtype == flame.float64 and tx.to_dense(torch.float64).dtype == torch.float64
