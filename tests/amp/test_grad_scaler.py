@@ -23,13 +23,18 @@ def _data():
     return rng.standard_normal((8, 5)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
 
 
+def _linear(lib, w: np.ndarray):
+    """lib's Linear(5, 3) with weight w and a zero bias, and its Adam (lr 0.1)."""
+    lin = lib.nn.Linear(5, 3)
+    with lib.no_grad():
+        lin.weight.copy_(lib.tensor(w))
+        lin.bias.zero_()
+    return lin, lib.optim.Adam(lin.parameters(), lr=0.1)
+
+
 def _torch_run():
     x, w = _data()
-    lin = torch.nn.Linear(5, 3)
-    with torch.no_grad():
-        lin.weight.copy_(torch.tensor(w))
-        lin.bias.zero_()
-    opt = torch.optim.Adam(lin.parameters(), lr=0.1)
+    lin, opt = _linear(torch, w)
     scaler = torch.amp.GradScaler("cpu", **KW)
     out = []
     for s in SCHEDULE:
@@ -45,11 +50,7 @@ def _torch_run():
 
 def _flame_setup(make=lambda: GradScaler("cpu", **KW)):
     x, w = _data()
-    lin = nn.Linear(5, 3)
-    with flame.no_grad():
-        lin.weight.copy_(flame.tensor(w))
-        lin.bias.zero_()
-    opt = flame.optim.Adam(lin.parameters(), lr=0.1)
+    lin, opt = _linear(flame, w)
     return flame.tensor(x), lin, opt, make()
 
 
@@ -312,11 +313,7 @@ def _converted_run(lib, compiled: bool):
     """A Linear made in f32, its Adam made, then the model converted to f64 (torch.optim makes the
     state at the first step that is not skipped); the first and third steps overflow."""
     x, w = _data()
-    lin = lib.nn.Linear(5, 3)
-    with lib.no_grad():
-        lin.weight.copy_(lib.tensor(w))
-        lin.bias.zero_()
-    opt = lib.optim.Adam(lin.parameters(), lr=0.1)
+    lin, opt = _linear(lib, w)
     lin.double()
     scaler = torch.amp.GradScaler("cpu", **KW) if lib is torch else GradScaler("cpu", **KW)
 
