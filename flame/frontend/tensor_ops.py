@@ -650,8 +650,8 @@ class TensorOps:
 
     def t_(self):
         """self transposed in place, as torch's t_: a 0-d or 1-D tensor as it is; a square matrix takes its
-        transpose's values. flame does not change a tensor's shape in place, so a non-square matrix
-        raises (write x = x.t())."""
+        transpose's values. flame does not change a tensor's shape or a view's strides in place, so a
+        non-square matrix and a view raise (write x = x.t())."""
         if self.ndim > 2:
             raise ShapeError(f"t_() expects a tensor with <= 2 dimensions, but self is {self.ndim}D\n"
                              f"  at {user_location()}")
@@ -660,6 +660,10 @@ class TensorOps:
         if self.shape[0] != self.shape[1]:
             raise ShapeError(f"t_: flame does not change a tensor's shape in place ({list(self.shape)} would "
                              f"become {list(self.shape)[::-1]}); write x = x.t()\n  at {user_location()}")
+        if self._base is not None:  # torch restrides the view alone; writing its transpose would reach the base
+            raise NotImplementedError(f"t_: flame does not change a view's strides in place (torch's t_ of a view "
+                                      f"leaves its base as it is); write x = x.t(), which returns the view\n"
+                                      f"  at {user_location()}")
         return self._inplace(lambda x: x.t(), what="t_")
 
     def is_floating_point(self) -> bool:

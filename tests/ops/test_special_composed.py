@@ -160,6 +160,24 @@ def test_t_in_place():
         leaf.t_()
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_t_in_place_of_a_view_refuses_rather_than_write_into_its_base(compiled):
+    """torch's t_ of a view restrides the view alone (its base keeps its values); flame wrote the
+    transpose's values through the view, silently changing the base. It raises, naming x = x.t()."""
+    tx = torch.arange(4.0).reshape(2, 2).clone()
+    tx.view(2, 2).t_()
+    assert tx.tolist() == [[0.0, 1.0], [2.0, 3.0]]  # torch: the base as it was
+
+    def f(x):
+        return x.view(2, 2).t_()
+
+    run = flame.compile(f) if compiled else f
+    x = flame.arange(4.0).reshape(2, 2).clone()
+    with pytest.raises(NotImplementedError, match=r"t_: flame does not change a view's strides in place.*x = x.t\(\)"):
+        run(x)
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+
+
 BESSEL = ["i0", "i0e", "i1", "i1e"]
 BESSEL_EDGES = [-np.inf, -1e10, -710.0, -100.0, -40.0, -20.01, -20.0, -19.99, -10.0, -1.0, -0.0, 0.0, 1e-20, 0.5,
                 5.0, 19.99, 20.0, 27.0, 88.0, 89.0, 92.0, 700.0, 1e10, 1e300, np.inf, np.nan]
