@@ -268,4 +268,4 @@ def test_grid_follows_a_dynamic_size():
         np.testing.assert_allclose(f(flame.tensor(x)).numpy(), np.maximum(np.tanh(x), 0) ** 2 * 2, rtol=1e-6)
         (mine,) = [s for s in f._last.plan.steps if s.ops and s.ops[0].name == sq.name]
         assert (mine.grid, mine.block) == (min(-(-n * 3 // 128), 1024), 128)
-    assert f.stats().traces == 2
+    assert f.stats().traces == 3  # 4 and 6 make the template; 8 is traced once more to check it
