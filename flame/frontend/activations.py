@@ -18,14 +18,13 @@ from flame.frontend.dispatch import apply
 from flame.frontend.functional import (
     _loss_reduce,
     embedding,
-    floating_only,
     no_legacy_reduction,
     softmax,
     softmax_dim,
     warn_if_broadcast,
     weighted_loss_reduce,
 )
-from flame.frontend.norms import kernel_dtypes, torch_dtype_name
+from flame.frontend.norms import floating_only, kernel_dtypes, torch_dtype_name
 from flame.frontend.opmath import composite, float_gradient, half_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.promotion import fits

@@ -17,7 +17,7 @@ from flame.frontend.default_dtype import as_floating
 from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.index_ops import check_indices, embedding_rows
-from flame.frontend.norms import param_dtype, widened
+from flame.frontend.norms import floating_only, param_dtype, widened
 from flame.frontend.opmath import wants_gradient
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
@@ -113,13 +113,6 @@ def softmax_dim(name: str, ndim: int, dim: int | None) -> int:
     warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as "
                   f"an argument.", UserWarning, stacklevel=user_stacklevel())
     return 0 if ndim in (0, 1, 3) else 1
-
-
-def floating_only(name: str, x: Tensor, fix: str = "convert it with .float()") -> None:
-    """torch's kernel of `name` (an activation, softmax) exists for floating dtypes only: an integer or
-    bool input raises (flame would otherwise compute it in f32), as in PyTorch; `fix` says what to do."""
-    if isinstance(x, Tensor) and not x.dtype.is_float:
-        raise DTypeError(f"{name}: not implemented for {x.dtype} input, as in PyTorch ({fix})\n  at {user_location()}")
 
 
 def _empty_along(x: Tensor, dim: int) -> bool:

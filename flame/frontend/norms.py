@@ -267,6 +267,13 @@ def torch_dtype_name(dt) -> str:
     return _TORCH_NAMES.get(dt, str(dt))
 
 
+def floating_only(name: str, x: Tensor, fix: str = "convert it with .float()") -> None:
+    """torch's kernel of `name` (an activation, softmax) exists for floating dtypes only: an integer or
+    bool input raises (flame would otherwise compute it in f32), as in PyTorch; `fix` says what to do."""
+    if isinstance(x, Tensor) and not x.dtype.is_float:
+        raise DTypeError(f"{name}: not implemented for {x.dtype} input, as in PyTorch ({fix})\n  at {user_location()}")
+
+
 def kernel_dtypes(op: str, kernel: str, x: Tensor, also=()) -> None:
     """torch's CPU kernel `kernel` (the name its dispatch macro reports) runs floating inputs and the dtypes
     in `also` only: any other raises torch's NotImplementedError, in its words, naming op."""

@@ -125,25 +125,8 @@ class TensorRealQueries:
     def imag(self):
         return imag(self)
 
-    @property
-    def is_sparse(self) -> bool:
-        return False
-
-    @property
-    def is_sparse_csr(self) -> bool:
-        return False
-
-    @property
-    def is_quantized(self) -> bool:
-        return False
-
-    @property
-    def is_meta(self) -> bool:
-        return False
-
-    @property
-    def is_nested(self) -> bool:
-        return False
+    # every flame tensor is dense, strided and plain
+    is_sparse = is_sparse_csr = is_quantized = is_meta = is_nested = property(lambda self: False)
 
     def to_dense(self, dtype=None, *, masked_grad=None):
         """self (a dense tensor already), or self.to(dtype), as torch's for a strided tensor."""

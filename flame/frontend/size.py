@@ -71,7 +71,5 @@ class Size(tuple):
 
 
 def _integral(s) -> bool:
-    if isinstance(s.dtype, np.dtype):  # a NumPy integer
-        return s.dtype.kind in "iu"
-    name = str(getattr(s, "dtype", ""))
-    return name.split(".")[-1] in ("i8", "i16", "i32", "i64", "u8")  # flame's integer dtypes
+    """s (a NumPy integer, or a tensor) has an integer dtype."""
+    return s.dtype.kind in "iu" if isinstance(s.dtype, np.dtype) else getattr(s.dtype, "is_int", False)

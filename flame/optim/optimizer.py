@@ -241,7 +241,7 @@ class Optimizer:
 
     def _new_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         """_init_state(p, group), noting the dtype and shape p had (see _outgrown)."""
-        self._made_for[id(p)] = (p.dtype, tuple(p.shape))
+        self._made_for[id(p)] = (p.dtype, p.shape)
         return self._init_state(p, group)
 
     def _remake_outgrown(self) -> None:
@@ -260,7 +260,7 @@ class Optimizer:
         .to(dtype), or p.data replaced, after the optimizer was made) and p has not stepped yet: torch.optim
         makes a parameter's state at its first step (Adagrad's at construction), from p as it is then."""
         made = self._made_for.get(id(p))
-        if self.state_at_construction or made is None or made == (p.dtype, tuple(p.shape)):
+        if self.state_at_construction or made is None or made == (p.dtype, p.shape):
             return False
         token = current_trace.set(None)  # the concrete counter, read while a step is traced too
         try:
@@ -268,7 +268,7 @@ class Optimizer:
         finally:
             current_trace.reset(token)
         if not fresh:  # state that has stepped stays, as torch's: not read again at every step
-            self._made_for[id(p)] = (p.dtype, tuple(p.shape))
+            self._made_for[id(p)] = (p.dtype, p.shape)
         return fresh
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
