@@ -44,6 +44,11 @@ DEFAULT_VARIANTS = "old,new,new:row_carry=0,new:row_regs=96"
 PLAN_CASES = {
     "gpt_train LN bwd [8192,768]": ("gpt_train", "cast+cast+cast+sub+mul+mul+add+cast+cast+reduce_sum+mul+mul"),
     "gpt_train CE [8192,32768]": ("gpt_train", "cast+reduce_max+sub+exp+reduce_sum+log"),
+    "llama7b RMSNorm bwd [4096,4096]": ("llama7b_block_train", "cast+cast+mul+mul+cast+add+cast+mul+mul+reduce_sum"),
+    "llama RMSNorm bwd [8192,2048]": ("llama_block_train", "cast+cast+mul+mul+cast+add+cast+mul+mul+reduce_sum"),
+    "gpt_block_train LN bwd [8192,1024]": ("gpt_block_train",
+                                           "cast+cast+cast+sub+mul+mul+add+cast+cast+reduce_sum+mul+mul+reduce_sum"),
+    "fp8 RMSNorm bwd amax [4096,4096]": ("llama7b_block_train_fp8", "cast+reshape+reshape+add+mul+cast+mul+mul+reduce_sum"),
     "fp8 SwiGLU amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+silu+reshape+mul+abs+reduce_max"),
     "fp8 SwiGLU bwd amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+reshape+silu+mul+reshape+reshape+mul"),
     "fp8 SwiGLU bwd cast amax [4096,11008]": ("llama7b_block_train_fp8",
