@@ -2,11 +2,14 @@
 their elementwise prologue and epilogue. Two schedules (Config.rows_schedule / FLAME_ROWS_SCHEDULE:
 "old", "new", or the default "auto": "new" for kernels without column reductions, or with column
 reductions only (no row total: a channels-last BatchNorm's statistics) over rows of at most 1024
-vectors, whose per-element reads and writes index the domain itself (_plain; for column sums only,
-values broadcast over kept dims too), "old" for the others. Measured with the rows_schedules script
-on an H100, "new" runs softmax [131072, 1024] bf16 in 215 us against 314, cross-entropy [8192, 32768]
-in 516 against 702 and LayerNorm forward in 19.7 against 20.8, but a LayerNorm backward carrying its
-weight and bias gradients in 75.9 us against 52.9:
+vectors, or with column reductions beside row totals over rows of at least Config.columns_new_min
+elements (held data up to Config.columns_row_regs registers), whose per-element reads and writes
+index the domain itself (_plain; for column sums only, values broadcast over kept dims too), "old"
+for the others. Measured with the rows_schedules script on an H100, "new" runs softmax [131072,
+1024] bf16 in 215 us against 314, cross-entropy [8192, 32768] in 516 against 702, LayerNorm forward
+in 19.7 against 20.8 and an RMSNorm backward carrying its weight gradient [4096, 4096] in 80.7
+against 90.9, but gpt_train's LayerNorm backward carrying its weight and bias gradients [8192, 768]
+in 39.7-44.5 us against 34.9:
 
 - "old": each row is one warp (R <= 256 elements, 8 rows per block) or one block of 128 / 512 / 1024
   threads (by R alone). A thread owns elements r = lane + j*G of its row, loaded one by one; for rows
@@ -692,9 +695,15 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     split = None if dynamic_row else _split_schedule(segs, lays, columns, config, target)
     schedule = "old" if dynamic_row else rows_schedule(config)
     column_only = bool(columns) and all(op in columns for seg in segs for op in seg if is_reduction(op))
-    new = ((schedule == "new" or (schedule == "auto" and (not columns and _plain(lays) or column_only
-                                                          and _plain(lays, broadcasts=True))))
+    # column sums beside row totals (a norm's backward with its weight gradient) over long rows: "new",
+    # with Config.columns_row_regs registers of held data (Config.columns_new_min says what was measured)
+    long_mixed = (schedule == "auto" and bool(columns) and not column_only and not split
+                  and R >= config.columns_new_min and _plain(lays))
+    new = ((schedule == "new" or long_mixed or (schedule == "auto" and (not columns and _plain(lays) or column_only
+                                                                        and _plain(lays, broadcasts=True))))
            and _walks_rows(lays))
+    if new and long_mixed:
+        config = replace(config, row_regs=config.columns_row_regs)
 
     def make(G: int, carry: bool = False, hold: bool = True) -> list[_RowSegment]:
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)

@@ -43,7 +43,15 @@ class Config:
     BatchNorm's statistics, rows of C channels): 2048 runs [64, 64, 64, 128] bf16 forward sums at 91 %
     of copy against 83 % at 1024 (the rows_schedules script on an H200); rows of over 16 vectors (a thread per vector,
     whole warps) take column_threads, which halves the partials their fold reads at the same kernel
-    time (2026-11-29-H200-column-rows). row_unroll: `#pragma unroll` of the row loop of a row kernel
+    time (2026-11-29-H200-column-rows). columns_new_min: under the "auto" rows schedule, a row kernel
+    carrying column sums beside row totals (a LayerNorm's or RMSNorm's backward with its weight
+    gradients) takes the "new" schedule for rows of at least this many elements, holding up to
+    columns_row_regs registers of row data per thread (fewer threads per row, more vectors each), and
+    the old one for shorter rows. On an H100 (rows_schedules script, the kernels of the suite's
+    plans, fold included): RMSNorm backward [4096, 4096] 90.9 -> 80.7 us, its FP8 form with the
+    gradient's amax 98.4 -> 91.3, [8192, 2048] 97.8 -> 79.7, LayerNorm backward [8192, 1024] 63.1 ->
+    44.9; but gpt_train's [8192, 768] 34.9 old against 39.7-44.5 new
+    (benchmarks/results/2026-12-07-H100-column-rows/). row_unroll: `#pragma unroll` of the row loop of a row kernel
     carrying column partials (1: none), so that the compiler may issue the next rows' loads before the
     partials take this row's; 2 gains under 4 % on BatchNorm statistics and 4 or 8 are slower, so it
     stays 1 (2026-11-27-H100-gpt-kernels). row_barriers: the reductions of a row kernel with several
@@ -114,6 +122,8 @@ class Config:
     min_blocks: int = 0
     column_threads: int = 1024
     column_only_threads: int = 2048
+    columns_new_min: int = 1024
+    columns_row_regs: int = 128
     row_unroll: int = 1
     row_barriers: bool = True
     split_threads: int = 256

@@ -91,6 +91,10 @@ CASES = {
                      ["32 threads per row", "column reduction(s)"]),
     "columns_block": (lambda: layer_norm_fwd_bwd((64, 96))[0], Config(rows_schedule="new", row_regs=8), None,
                       ["rows per block", "column reduction(s)"]),
+    # column sums beside row totals over rows of at least Config.columns_new_min elements: "auto" takes
+    # the new schedule, with Config.columns_row_regs registers of held data
+    "columns_long_rows": (lambda: layer_norm_fwd_bwd((64, 2048))[0], Config(rows_schedule="auto"), None,
+                          ["new schedule", "8-element vectors", "2 column reduction(s)"]),
     "cross_entropy_bf16": (lambda: cross_entropy_bf16(True, vocab=40)[0], NEW, None, ["1 value(s) carried"]),
     "reshaped_rows": (_reshaped_swiglu_amax, NEW, None, ["flame_vec<__nv_bfloat16, 8>", "8-element vectors"]),
     # few long rows split into chunks of 2048 across blocks (a whole-tensor loss), each chunk by vectors
@@ -136,14 +140,18 @@ def _lower(grp, cfg, target):
 
 
 def test_default_schedule_is_auto_and_env_selects(monkeypatch):
-    """auto by default: the new schedule for plain row kernels without column sums, old for the others."""
+    """auto by default: the new schedule for plain row kernels without column sums or with long rows,
+    old for the others."""
     monkeypatch.delenv("FLAME_ROWS_SCHEDULE", raising=False)
     assert rows_schedule() == "auto"
     (grp,) = _rows_groups(_softmax((8, 1000), f32))
     assert "new schedule" in lower(grp)[0].source
     assert "new schedule" not in lower(grp, OLD)[0].source
     (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 96))[0])
-    assert "new schedule" not in lower(grp)[0].source  # carries column sums beside row sums: old
+    assert "new schedule" not in lower(grp)[0].source  # carries column sums beside row sums: old ...
+    (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 1024))[0])
+    assert "new schedule" in lower(grp)[0].source  # ... but over rows of Config.columns_new_min or more: new
+    assert "new schedule" not in lower(grp, Config(columns_new_min=1025))[0].source
     (grp,) = _rows_groups(_reshaped_swiglu_amax())
     assert "new schedule" in lower(grp)[0].source  # reshapes addressed as the row domain: new
     (grp,) = _rows_groups(_channel_sums())
