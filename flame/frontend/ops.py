@@ -16,6 +16,7 @@ from flame.frontend.functional import log_softmax as _log_softmax
 from flame.frontend.functional import softmax as _softmax
 from flame.frontend.methods import numpy_names
 from flame.frontend.norms import vector_norm  # noqa: F401  (the package root's name)
+from flame.frontend.promotion import tensor_sequence
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import (  # noqa: F401  (the package root's names)
     binary,
@@ -165,22 +166,23 @@ def atleast_3d(*tensors):
 
 def hstack(tensors) -> Tensor:
     """cat along dim 1, or dim 0 for 1-D tensors (0-d ones made 1-D), as torch.hstack."""
-    ts = [atleast_1d(t) for t in tensors]
+    ts = [atleast_1d(t) for t in tensor_sequence("hstack", tensors)]
     return cat(ts, 0 if ts and ts[0].ndim == 1 else 1)
 
 
 def vstack(tensors) -> Tensor:
     """cat along dim 0 of the tensors made at least 2-D, as torch.vstack."""
-    return cat([atleast_2d(t) for t in tensors], 0)
+    return cat([atleast_2d(t) for t in tensor_sequence("vstack", tensors)], 0)
 
 
 def dstack(tensors) -> Tensor:
     """cat along dim 2 of the tensors made at least 3-D, as torch.dstack."""
-    return cat([atleast_3d(t) for t in tensors], 2)
+    return cat([atleast_3d(t) for t in tensor_sequence("dstack", tensors)], 2)
 
 
 def column_stack(tensors) -> Tensor:
     """The tensors as columns (0-d and 1-D ones made [n, 1]) side by side, as torch.column_stack."""
+    tensors = tensor_sequence("column_stack", tensors)
     return cat([t.reshape(t.numel(), 1) if t.ndim < 2 else t for t in tensors], 1)
 
 

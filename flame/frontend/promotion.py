@@ -32,6 +32,20 @@ def check_operand(name: str, x) -> None:
     raise ArgumentTypeError(f"{name}: unsupported operand of type {kind}{hint}\n  at {user_location()}")
 
 
+def tensor_sequence(name: str, tensors) -> list[Tensor]:
+    """The tensors of a torch.cat-like argument `tensors` (cat, stack, hstack, ...) as a list: a list or
+    tuple of Tensors. Else torch's TypeError: for a Tensor itself (iterating it would take its rows as
+    the tensors), an iterator or other object, and for an element that is not a Tensor."""
+    if not isinstance(tensors, (list, tuple)):
+        raise ArgumentTypeError(f"{name}(): argument 'tensors' (position 1) must be tuple of Tensors, not "
+                                f"{type(tensors).__name__}\n  at {user_location()}")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(f"{name}(): expected Tensor as element {i} in argument 0, but got "
+                                    f"{type(t).__name__}\n  at {user_location()}")
+    return list(tensors)
+
+
 def is_bool(x) -> bool:
     """Whether x is a bool tensor or a Python / NumPy bool."""
     return x.dtype == boolean if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))

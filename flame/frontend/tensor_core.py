@@ -19,7 +19,7 @@ from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply, share_readers, tell_recorder
 from flame.frontend.opmath import in_opmath
-from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, wrapped
+from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, tensor_sequence, wrapped
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index, reduce_axes
 from flame.frontend.views import bump, link, new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i16, i32, i64, promote, u8
@@ -761,7 +761,7 @@ def where(condition: Tensor, input=_NO_BRANCH, other=_NO_BRANCH) -> Tensor:  # n
 
 def cat(tensors, dim: int = 0) -> Tensor:
     """Concatenate along dim (all tensors share one dtype)."""
-    tensors = list(tensors)
+    tensors = tensor_sequence("cat", tensors)
     if not tensors:
         raise ShapeError(f"cat: expected a non-empty list of tensors\n  at {user_location()}")
     if builtins.any(t.ndim > 1 for t in tensors):  # torch skips 1-D empty tensors among others (legacy)
@@ -787,7 +787,7 @@ def _promoted(tensors: list) -> list:
 
 def stack(tensors, dim: int = 0) -> Tensor:
     """Join same-shaped tensors along a new dimension dim."""
-    tensors = list(tensors)
+    tensors = tensor_sequence("stack", tensors)
     if not tensors:
         raise ShapeError(f"stack: expected a non-empty list of tensors\n  at {user_location()}")
     dim = dim_index("stack", dim, tensors[0].ndim + 1)

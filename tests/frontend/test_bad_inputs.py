@@ -433,3 +433,25 @@ def _atol(want: np.ndarray, want32: np.ndarray) -> float:
     finite = np.isfinite(want) & np.isfinite(want32)
     err = float(np.abs(want32 - want)[finite].max(initial=0.0))
     return max(1e-4 * max(1.0, float(np.abs(want).max(initial=0.0))), M * err)
+
+
+@pytest.mark.parametrize("name", ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
+                                  "column_stack", "row_stack"])
+@pytest.mark.parametrize("bad", ["a tensor", "an int element", "a generator"])
+def test_joining_takes_a_sequence_of_tensors(name, bad):
+    """torch.cat(x) and the other joining functions take a list or tuple of tensors. A tensor in its
+    place was iterated by row: cat(x) flattened x and stack(x) returned it, silently. Both now raise
+    torch's TypeError, as do a non-tensor element and an iterator."""
+    def args(lib):
+        x = lib.ones(2, 3)
+        return {"a tensor": x, "an int element": [x, 1], "a generator": (t for t in [x, x])}[bad]
+
+    with pytest.raises(TypeError) as want:
+        getattr(torch, name)(args(torch))
+    with pytest.raises(TypeError) as got:
+        getattr(flame, name)(args(flame))
+    assert isinstance(got.value, flame.FlameError)
+    fragment = "Tensor" if bad == "a tensor" else "int" if bad == "an int element" else "generator"
+    assert fragment in str(want.value) and fragment in str(got.value)
+    with pytest.raises(TypeError):
+        flame.compile(lambda x: getattr(flame, name)(x if bad == "a tensor" else [x, 1]))(flame.ones(2, 3))
