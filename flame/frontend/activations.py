@@ -27,7 +27,7 @@ from flame.frontend.functional import (
 from flame.frontend.norms import floating_only, kernel_dtypes, torch_dtype_name
 from flame.frontend.opmath import composite, float_gradient, half_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
-from flame.frontend.promotion import fits
+from flame.frontend.promotion import bool_as_number, fits, result_type
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import bf16, boolean, f16, f64, i8, i16, i32, i64, u8
 
@@ -324,7 +324,11 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
     """sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps)) along dim, as PyTorch's: x1 and x2 broadcast
     first (a norm runs over the broadcast size), and each norm is clamped on its own, the clamp passing
     the gradient through unchanged."""
-    x1, x2 = broadcast_tensors(x1, x2)
+    dt = result_type(x1, x2)  # both read in their common dtype, which must be a floating one
+    if not dt.is_float:
+        raise DTypeError(f"cosine_similarity: expected common dtype to be floating point, yet common dtype is "
+                         f"{torch_dtype_name(dt)}\n  at {user_location()}")
+    x1, x2 = broadcast_tensors(x1.to(dt), x2.to(dt))
     n1, n2 = (vector_norm(x, 2, dim, keepdim=True) for x in (x1, x2))
     n1, n2 = (n + (n.detach().clamp(min=eps) - n.detach()) for n in (n1, n2))
     return ((x1 / n1) * (x2 / n2)).sum(dim)
@@ -347,10 +351,12 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
         raise ArgumentRangeError(f"huber_loss does not support non-positive values for delta. (got {delta})"
                                  f"\n  at {user_location()}")
     warn_if_broadcast("huber_loss", input, target)
+    given = input.dtype
+    input, target = bool_as_number(input, target)
     d = input - target
-    if not input.dtype.is_float and d.dtype.is_float:
+    if not given.is_float and d.dtype.is_float:
         raise DTypeError(f"huber_loss: result type {torch_dtype_name(d.dtype)} can't be cast to the desired output "
-                         f"type {torch_dtype_name(input.dtype)} (the loss takes input's dtype, as in PyTorch)\n"
+                         f"type {torch_dtype_name(given)} (the loss takes input's dtype, as in PyTorch)\n"
                          f"  at {user_location()}")
     kernel_dtypes("huber_loss", "huber_cpu", d)
     a = d.abs()

@@ -46,6 +46,16 @@ def tensor_sequence(name: str, tensors) -> list[Tensor]:
     return list(tensors)
 
 
+def bool_as_number(input: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """(input, target) of a pointwise loss whose kernel computes in their promoted dtype (mse_loss,
+    smooth_l1_loss, huber_loss): a bool one beside a number-typed one converted to that dtype, as
+    the kernel reads it (so a bool target is 0 / 1, where a subtraction of bools would raise)."""
+    if is_bool(input) == is_bool(target):
+        return input, target
+    dt = result_type(input, target)
+    return input.to(dt), target.to(dt)
+
+
 def is_bool(x) -> bool:
     """Whether x is a bool tensor or a Python / NumPy bool."""
     return x.dtype == boolean if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))

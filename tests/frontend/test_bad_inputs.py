@@ -244,6 +244,8 @@ BAD_CALLS = {  # name: (call, expected class, must it be a FlameError, message f
     "autocast dtype=float32": (lambda: flame.autocast(dtype=flame.float32), TypeError, OP, "dtype"),
     "autocast device_type 'tpu'": (lambda: flame.autocast("tpu"), ValueError, ARG, "device_type"),
     "checkpoint of a non-callable": (lambda: flame.utils.checkpoint(3, _w(2)), TypeError, ARG, "callable"),
+    "cosine_similarity of two integer tensors": (
+        lambda: F.cosine_similarity(flame.tensor([[1, 2]]), flame.tensor([[1, 0]])), RuntimeError, OP, "floating"),
 }
 
 
@@ -283,6 +285,15 @@ def _both(f):
 
 R = np.random.default_rng(3)
 VALID = {  # name: (f(lib, functional, *tensors), inputs)
+    # a bool operand of a pointwise loss is read as 0 / 1 in the promoted dtype (the subtraction of a
+    # bool raised), and cosine_similarity reads an integer operand in the float one's dtype
+    "mse_loss with a bool target": (lambda lib, f, x, t: f.mse_loss(x, t > 0),
+                                    [R.standard_normal((3, 4)), R.standard_normal((3, 4))]),
+    "smooth_l1_loss with a bool target": (lambda lib, f, x, t: f.smooth_l1_loss(x, t > 0, beta=0.5),
+                                          [R.standard_normal((3, 4)), R.standard_normal((3, 4))]),
+    "cosine_similarity of an integer and a float tensor": (
+        lambda lib, f, a, b: f.cosine_similarity((a * 3).round().long(), b),
+        [R.standard_normal((3, 4)), R.standard_normal((3, 4))]),
     "conv_transpose2d stride=1 dilation=2 output_padding=1": (
         lambda lib, f, x, w: f.conv_transpose2d(x, w, stride=1, dilation=2, output_padding=1),
         [R.standard_normal((1, 2, 4, 4)), R.standard_normal((2, 3, 3, 3))],
@@ -455,3 +466,14 @@ def test_joining_takes_a_sequence_of_tensors(name, bad):
     assert fragment in str(want.value) and fragment in str(got.value)
     with pytest.raises(TypeError):
         flame.compile(lambda x: getattr(flame, name)(x if bad == "a tensor" else [x, 1]))(flame.ones(2, 3))
+
+
+def test_huber_loss_of_a_bool_target_agrees_with_torch():
+    """huber_loss reads a bool target as 0 / 1 in the input's dtype, as torch's forward does (torch's
+    backward of it raises, so the values alone are compared; flame's gradient is mse_loss's kind)."""
+    x, t = R.standard_normal((3, 4)), R.standard_normal((3, 4)) > 0
+    want = TF.huber_loss(torch.tensor(x, dtype=torch.float32), torch.tensor(t), delta=0.5)
+    for fn in (F.huber_loss, flame.compile(F.huber_loss)):
+        got = fn(flame.tensor(x.astype(np.float32)), flame.tensor(t), delta=0.5)
+        assert got.dtype == flame.float32
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
