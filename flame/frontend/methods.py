@@ -58,8 +58,9 @@ class TensorLinks:
         return indexing.getitem(self, key)
 
     def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
+        if not self.shape:  # raised by iter() itself, as torch's
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
 
     # ---- nn shortcuts -----------------------------------------------------------------------------
     def softmax(self, dim: int = -1, dtype=None):

@@ -477,3 +477,11 @@ def test_huber_loss_of_a_bool_target_agrees_with_torch():
         got = fn(flame.tensor(x.astype(np.float32)), flame.tensor(t), delta=0.5)
         assert got.dtype == flame.float32
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+def test_iterating_a_0d_tensor_raises_as_torch():
+    """iter() of a 0-d tensor raises torch's TypeError at once (not at the first element)."""
+    for lib in (torch, flame):
+        with pytest.raises(TypeError, match="iteration over a 0-d tensor"):
+            iter(lib.tensor(1.0))
+    assert [t.item() for t in flame.tensor([1.0, 2.0])] == [1.0, 2.0]
