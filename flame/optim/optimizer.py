@@ -132,9 +132,20 @@ class Optimizer:
             self.add_param_group(g)
 
     def add_param_group(self, group: dict[str, Any]) -> None:
-        """Add a group of parameters (with its own hyperparameters); creates their state now."""
+        """Add a group of parameters (with its own hyperparameters); creates their state now. The group
+        is a dict whose 'params' is a tensor or an ordered collection of them (a set is refused, as
+        torch's refuses it: its order, which numbers the parameters in state_dict(), changes between
+        runs, so a checkpoint would load each parameter's state into another one of its shape)."""
+        if not isinstance(group, dict):
+            raise ArgumentTypeError(f"param_group must be a dict, but got {type(group)}\n  at {user_location()}")
         group = dict(group)
         ps = group["params"]
+        if isinstance(ps, set):
+            raise ArgumentTypeError(
+                f"{type(self).__name__}: optimizer parameters need to be organized in ordered collections, but "
+                f"the ordering of tensors in sets will change between runs. Please use a list instead (got a "
+                f"{type(ps).__name__} of {len(ps)} tensors)\n  at {user_location()}"
+            )
         group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
         self._take_names(group)
         for k, v in self.defaults.items():

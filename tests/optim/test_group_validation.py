@@ -1,0 +1,60 @@
+"""What an optimizer accepts as a parameter group and as hyperparameters, against torch.optim: the
+exception type torch raises (flame's message names the argument), or acceptance where torch accepts."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import flame
+import flame.nn as nn
+
+
+def _outcome(fn):
+    """None where fn() returns, else the type of the exception it raises."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fn()
+    except Exception as e:  # noqa: BLE001 (the oracle's exception type is the point)
+        return type(e)
+    return None
+
+
+def _same_outcome(torch_fn, flame_fn, match: str | None = None) -> None:
+    expected = _outcome(torch_fn)
+    if expected is None:
+        flame_fn()
+        return
+    with pytest.raises(expected, match=match):
+        flame_fn()
+
+
+def _params(lib, n: int = 2):
+    make = torch.nn.Parameter if lib is torch else nn.Parameter
+    return [make(lib.zeros(k + 2)) for k in range(n)]
+
+
+def test_a_set_of_parameters_in_a_group_is_refused_as_torch():
+    """A set's order (which numbers the parameters in state_dict) changes between runs: torch refuses it
+    in a group, naming the set; flame took it, so a checkpoint could load one parameter's state into another."""
+    tps, fps = _params(torch), _params(flame)
+    _same_outcome(lambda: torch.optim.SGD([{"params": set(tps)}], lr=0.1),
+                  lambda: flame.optim.SGD([{"params": set(fps)}], lr=0.1), match="ordered collections.*set")
+    topt, fopt = torch.optim.Adam(tps[:1]), flame.optim.Adam(fps[:1])
+    _same_outcome(lambda: topt.add_param_group({"params": {tps[1]}}),
+                  lambda: fopt.add_param_group({"params": {fps[1]}}), match="Please use a list instead")
+    assert len(fopt.param_groups) == 1 and len(fopt.state) == 1
+    # a set of the whole parameter list (not of a group's) is taken, as torch takes it
+    _same_outcome(lambda: torch.optim.SGD(set(tps), lr=0.1), lambda: flame.optim.SGD(set(fps), lr=0.1))
+
+
+def test_a_group_that_is_not_a_dict_is_refused_as_torch():
+    tps, fps = _params(torch), _params(flame)
+    topt, fopt = torch.optim.SGD(tps[:1], lr=0.1), flame.optim.SGD(fps[:1], lr=0.1)
+    _same_outcome(lambda: topt.add_param_group([tps[1]]), lambda: fopt.add_param_group([fps[1]]),
+                  match="param_group must be a dict, but got <class 'list'>")
+    _same_outcome(lambda: torch.optim.SGD([{"params": tps[:1]}, tps[1:]], lr=0.1),
+                  lambda: flame.optim.SGD([{"params": fps[:1]}, fps[1:]], lr=0.1), match="param_group must be a dict")
