@@ -44,11 +44,11 @@ class Adafactor(Optimizer):
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
         eps1, eps2 = group["eps"]
-        if group["beta2_decay"] > 0:
+        if not 0.0 >= group["beta2_decay"]:  # (NaN is refused, as torch's)
             raise ValueError(f"beta2_decay should be <= 0 but is: {group['beta2_decay']}")
-        if (eps1 is not None and eps1 < 0) or eps2 < 0:
+        if (eps1 is not None and not 0.0 <= eps1) or not 0.0 <= eps2:
             raise ValueError(f"Adafactor: invalid eps {group['eps']}: each must be >= 0 (or eps1 None)")
-        if group["d"] < 1.0:
+        if not 1.0 <= group["d"]:
             raise ValueError(f"Clipping threshold d should be >= 1 but is: {group['d']}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:

@@ -41,13 +41,13 @@ class Adam(Optimizer):
             **flags,
         )
 
+    non_negative = ("eps", "weight_decay")
+
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
         b1, b2 = group["betas"]
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
             raise ValueError(f"invalid betas {group['betas']}: each must be in [0, 1)")
-        if group["eps"] < 0 or group["weight_decay"] < 0:
-            raise ValueError(f"invalid eps {group['eps']} or weight_decay {group['weight_decay']}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         st = {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p), "exp_avg_sq": state_tensor(p)}

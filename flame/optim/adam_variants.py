@@ -101,7 +101,7 @@ class NAdam(_AdamLike):
             **flags,
         )
 
-    non_negative = ("momentum_decay",)
+    non_negative = ("eps", "weight_decay", "momentum_decay")
     param_dtype_state = ("mu_product",)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:

@@ -240,12 +240,18 @@ class Optimizer:
             raise ArgumentError(f"{type(self).__name__}: all optimizer param groups should be with/without names. "
                                 f"cannot add param group {which} names to the optimizer\n  at {user_location()}")
 
+    # whether a NaN lr (or option of non_negative) is taken: torch's SGD checks `lr < 0` (false for NaN),
+    # its other optimizers `not 0.0 <= lr`, which refuses NaN
+    nan_accepted: bool = False
+
     def _check_group(self, group: dict[str, Any]) -> None:
-        if group["lr"] < 0:
-            raise ArgumentError(f"{type(self).__name__}: invalid learning rate {group['lr']}\n  at {user_location()}")
-        for key in self.non_negative:
-            if group[key] < 0:
-                raise ArgumentError(f"{type(self).__name__}: invalid {key} {group[key]}\n  at {user_location()}")
+        for key in ("lr", *self.non_negative):
+            value = group[key]
+            if value < 0 if self.nan_accepted else not 0.0 <= value:
+                what = "learning rate" if key == "lr" else key
+                raise ArgumentError(
+                    f"{type(self).__name__}: invalid {what} {value} (expected >= 0)\n  at {user_location()}"
+                )
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {}

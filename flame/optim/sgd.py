@@ -36,10 +36,11 @@ class SGD(Optimizer):
             **flags,
         )
 
+    non_negative = ("momentum", "weight_decay")
+    nan_accepted = True  # torch's SGD checks `lr < 0.0`, `momentum < 0.0` and `weight_decay < 0.0`
+
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
-        if group["momentum"] < 0 or group["weight_decay"] < 0:
-            raise ValueError(f"invalid momentum {group['momentum']} or weight_decay {group['weight_decay']}")
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 

@@ -58,3 +58,34 @@ def test_a_group_that_is_not_a_dict_is_refused_as_torch():
                   match="param_group must be a dict, but got <class 'list'>")
     _same_outcome(lambda: torch.optim.SGD([{"params": tps[:1]}, tps[1:]], lr=0.1),
                   lambda: flame.optim.SGD([{"params": fps[:1]}, fps[1:]], lr=0.1), match="param_group must be a dict")
+
+
+NAN = float("nan")
+# each option torch's namesake checks as `not 0.0 <= value` (SGD's as `value < 0.0`, which takes NaN)
+NAN_OPTIONS = [
+    ("SGD", "lr"), ("SGD", "momentum"), ("SGD", "weight_decay"),
+    ("Adam", "lr"), ("Adam", "eps"), ("Adam", "weight_decay"), ("AdamW", "lr"), ("AdamW", "eps"),
+    ("Adamax", "eps"), ("Adamax", "weight_decay"), ("NAdam", "eps"), ("NAdam", "weight_decay"),
+    ("NAdam", "momentum_decay"), ("RAdam", "eps"), ("RAdam", "weight_decay"),
+    ("RMSprop", "lr"), ("RMSprop", "eps"), ("RMSprop", "momentum"), ("RMSprop", "alpha"), ("RMSprop", "weight_decay"),
+    ("Adagrad", "lr"), ("Adagrad", "lr_decay"), ("Adagrad", "eps"), ("Adagrad", "weight_decay"),
+    ("Adagrad", "initial_accumulator_value"), ("Adadelta", "lr"), ("Adadelta", "eps"), ("Adadelta", "weight_decay"),
+    ("ASGD", "lr"), ("ASGD", "weight_decay"), ("Rprop", "lr"), ("Adafactor", "lr"), ("Adafactor", "weight_decay"),
+    ("Adafactor", "beta2_decay"), ("Adafactor", "d"), ("LBFGS", "lr"),
+]
+
+
+@pytest.mark.parametrize("name,option", NAN_OPTIONS, ids=[f"{n}-{o}" for n, o in NAN_OPTIONS])
+def test_a_nan_option_is_refused_where_torch_refuses_it(name, option):
+    """A NaN learning rate or option (a schedule's or a config's bug) turns every parameter into NaN at
+    the first step; torch's checks refuse it (all but SGD's), naming the option."""
+    tp, fp = _params(torch, 1), _params(flame, 1)
+    _same_outcome(lambda: getattr(torch.optim, name)(tp, **{option: NAN}),
+                  lambda: getattr(flame.optim, name)(fp, **{option: NAN}),
+                  match=f"{'learning rate' if option == 'lr' else option}.*nan")
+
+
+@pytest.mark.parametrize("eps", [(NAN, 1e-3), (None, NAN)])
+def test_a_nan_adafactor_eps_is_refused_as_torch(eps):
+    _same_outcome(lambda: torch.optim.Adafactor(_params(torch, 1), eps=eps),
+                  lambda: flame.optim.Adafactor(_params(flame, 1), eps=eps), match="eps")
