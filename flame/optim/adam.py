@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from flame.errors import ArgumentError, ShapeError
+from flame.frontend.context import user_location
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import f64
 from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
@@ -28,6 +30,7 @@ class Adam(Optimizer):
         decoupled_weight_decay: bool = False,
         **flags,
     ):
+        _check_tensor_options(type(self).__name__, lr, betas, flags)
         super().__init__(
             params,
             dict(
@@ -87,6 +90,30 @@ class Adam(Optimizer):
         state["exp_avg"].copy_(m)
         state["exp_avg_sq"].copy_(v)
         return m, v
+
+
+def _check_tensor_options(name: str, lr: Any, betas: Any, flags: dict[str, Any]) -> None:
+    """torch.optim.Adam's checks of a rate or betas held as tensors: betas both floats or both tensors,
+    each tensor of one element, and none with foreach=True unless capturable=True (torch's foreach
+    update takes Python numbers there)."""
+    b1, b2 = betas
+    if not (isinstance(b1, float) and isinstance(b2, float) or isinstance(b1, Tensor) and isinstance(b2, Tensor)):
+        raise ArgumentError(
+            f"{name}: betas must be either both floats or both Tensors, got ({type(b1).__name__}, "
+            f"{type(b2).__name__})\n  at {user_location()}"
+        )
+    for what, value in (("lr", lr), ("betas[0]", b1), ("betas[1]", b2)):
+        if not isinstance(value, Tensor):
+            continue
+        if flags.get("foreach") and not flags.get("capturable"):
+            raise ArgumentError(
+                f"{name}: {what} as a Tensor is not supported for capturable=False and foreach=True\n"
+                f"  at {user_location()}"
+            )
+        if value.numel() != 1:  # (a ValueError, as torch's for lr, and a RuntimeError, as its range check's for betas)
+            raise ShapeError(
+                f"{name}: Tensor {what} must be 1-element, got shape {list(value.shape)}\n  at {user_location()}"
+            )
 
 
 class AdamW(Adam):

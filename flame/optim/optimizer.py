@@ -26,6 +26,7 @@ from flame.errors import (
     CheckpointError,
     ConflictingOptionsError,
     FlameError,
+    ShapeError,
     TraceError,
 )
 from flame.frontend.context import TRACING_HOOKS, current_trace, enable_grad, no_grad, pinned_location, user_location
@@ -245,6 +246,9 @@ class Optimizer:
     nan_accepted: bool = False
 
     def _check_group(self, group: dict[str, Any]) -> None:
+        if isinstance(group["lr"], Tensor) and group["lr"].numel() != 1:
+            raise ShapeError(f"{type(self).__name__}: Tensor lr must be 1-element, got shape "
+                                f"{list(group['lr'].shape)}\n  at {user_location()}")
         for key in ("lr", *self.non_negative):
             value = group[key]
             if value < 0 if self.nan_accepted else not 0.0 <= value:

@@ -89,3 +89,34 @@ def test_a_nan_option_is_refused_where_torch_refuses_it(name, option):
 def test_a_nan_adafactor_eps_is_refused_as_torch(eps):
     _same_outcome(lambda: torch.optim.Adafactor(_params(torch, 1), eps=eps),
                   lambda: flame.optim.Adafactor(_params(flame, 1), eps=eps), match="eps")
+
+
+# (optimizer, its arguments with "T:<value>" for a tensor of that value), as torch.optim takes or refuses them
+TENSOR_OPTIONS = [
+    ("SGD", dict(lr="T:[0.1, 0.2]")), ("RMSprop", dict(lr="T:[0.1, 0.2]")), ("Adagrad", dict(lr="T:[[0.1]]")),
+    ("NAdam", dict(lr="T:[0.1, 0.2]")), ("Adam", dict(lr="T:[0.1, 0.2]")), ("Adam", dict(lr="T:[0.1]")),
+    ("Adam", dict(lr="T:0.1", foreach=True)), ("AdamW", dict(lr="T:0.1", foreach=True)),
+    ("Adam", dict(lr="T:0.1", foreach=False)), ("SGD", dict(lr="T:0.1", foreach=True)),
+    ("Adam", dict(betas=("T:0.9", 0.99))), ("AdamW", dict(betas=(0.9, "T:0.99"))),
+    ("Adam", dict(betas=("T:0.9", "T:0.99"))), ("Adam", dict(betas=("T:[0.9]", "T:0.99"))),
+    ("Adam", dict(betas=("T:0.9", "T:[0.9, 0.99]"))), ("Adam", dict(betas=("T:0.9", "T:0.99"), foreach=True)),
+    ("Adam", dict(betas=(0, 0.99))), ("Adam", dict(betas=[0.8, 0.9])),
+]
+
+
+def _resolve(lib, value):
+    if isinstance(value, str) and value.startswith("T:"):
+        return lib.tensor(eval(value[2:]))  # noqa: S307 (the table's literals)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_resolve(lib, v) for v in value)
+    return value
+
+
+@pytest.mark.parametrize("name,kw", TENSOR_OPTIONS, ids=[f"{n}-{kw}" for n, kw in TENSOR_OPTIONS])
+def test_tensor_rates_and_betas_are_checked_as_torch(name, kw):
+    """A rate or betas held as tensors: one element each, betas both floats or both tensors, and (Adam,
+    AdamW) none with foreach=True, as torch's constructors check."""
+    tps, fps = _params(torch, 1), _params(flame, 1)
+    _same_outcome(lambda: getattr(torch.optim, name)(tps, **{k: _resolve(torch, v) for k, v in kw.items()}),
+                  lambda: getattr(flame.optim, name)(fps, **{k: _resolve(flame, v) for k, v in kw.items()}),
+                  match="lr|betas")
