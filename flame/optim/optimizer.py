@@ -46,6 +46,11 @@ from flame.optim._step_hooks import (  # noqa: F401  (torch.optim.optimizer name
 )
 
 
+class GroupLayoutError(CheckpointError, ValueError):
+    """A saved optimizer state_dict has another number of parameter groups, or of parameters in a group,
+    than the optimizer it is loaded into: a ValueError, as torch.optim's load_state_dict raises."""
+
+
 def compute_dtype(p: Tensor) -> DType:
     """The dtype an update is computed in: f32 for half-precision parameters, else the parameter's."""
     return f32 if p.dtype in (f16, bf16) else p.dtype
@@ -507,7 +512,7 @@ class Optimizer:
         if len(groups) != len(self.param_groups) or any(
             len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)
         ):
-            raise CheckpointError(
+            raise GroupLayoutError(
                 f"{type(self).__name__}.load_state_dict: the saved parameter groups "
                 f"({[len(g['params']) for g in groups]} parameters) do not match this "
                 f"optimizer's ({[len(g['params']) for g in self.param_groups]})"

@@ -120,3 +120,20 @@ def test_tensor_rates_and_betas_are_checked_as_torch(name, kw):
     _same_outcome(lambda: getattr(torch.optim, name)(tps, **{k: _resolve(torch, v) for k, v in kw.items()}),
                   lambda: getattr(flame.optim, name)(fps, **{k: _resolve(flame, v) for k, v in kw.items()}),
                   match="lr|betas")
+
+
+@pytest.mark.parametrize("layout", ["groups", "sizes"])
+def test_a_state_dict_of_another_group_layout_is_refused_as_torch(layout):
+    """torch raises a ValueError (flame's CheckpointError is one too, here), and nothing is loaded."""
+    def pair(lib):
+        a, b = _params(lib)
+        saved = lib.optim.SGD([a, b], lr=0.3, momentum=0.5)
+        mine = (lib.optim.SGD([{"params": [a]}, {"params": [b]}], lr=0.1) if layout == "groups"
+                else lib.optim.SGD([a], lr=0.1))
+        return saved.state_dict(), mine
+
+    (tsd, topt), (fsd, fopt) = pair(torch), pair(flame)
+    _same_outcome(lambda: topt.load_state_dict(tsd), lambda: fopt.load_state_dict(fsd), match="saved parameter groups")
+    with pytest.raises(flame.errors.CheckpointError):
+        fopt.load_state_dict(fsd)
+    assert fopt.param_groups[0]["lr"] == 0.1
