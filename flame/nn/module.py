@@ -336,6 +336,9 @@ class Module(ModuleHooks, ModuleLookup):
         if dtype is None:
             return self
         dt = dtype_of(dtype)
+        if not dt.is_floating_point:  # torch's: an integer model is never made by a cast
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dt} "
+                            f"(its floating-point parameters and buffers would be cast to it)")
         with no_grad():
             for t in list(self.parameters()) + list(self.buffers()):
                 if t.dtype.is_float and t.dtype != dt:
