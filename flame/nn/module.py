@@ -289,8 +289,9 @@ class Module(ModuleHooks, ModuleLookup):
         does) keeps one trace per mode: switching re-traces once, with a flame.RecompileWarning."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
-        for m in self.modules():
-            m.training = mode
+        self.training = mode
+        for m in self.children():  # each child's own train(), which a subclass may override, as torch's
+            m.train(mode)
         return self
 
     def eval(self) -> Module:

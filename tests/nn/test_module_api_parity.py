@@ -38,3 +38,27 @@ def test_to_dtype_error_names_the_dtype():
     with pytest.raises(TypeError, match="floating point.*i32"):
         nn.Linear(2, 2).to(dtype=flame.int32)
 
+
+def test_train_and_eval_call_each_childs_own_train():
+    def run(lib, T):
+        class Frozen(lib.Module):
+            """A child that keeps itself in eval mode, overriding train() (a common fine-tuning idiom)."""
+
+            def __init__(self):
+                super().__init__()
+                self.calls = []
+                self.bn = lib.BatchNorm1d(2)
+
+            def train(self, mode=True):
+                self.calls.append(mode)
+                super().train(False)
+                return self
+
+        root = lib.Sequential(lib.Linear(2, 2), lib.Sequential(Frozen()))
+        root.eval()
+        root.train()
+        frozen = root[1][0]
+        return frozen.calls, frozen.training, frozen.bn.training, root.training, root[1].training
+
+    t, f = _both(run)
+    assert f == t
