@@ -502,14 +502,16 @@ class _NormBase(Module):
         if self.bias is not None:
             init.zeros_(self.bias)
 
-    def _missing_state_defaults(self, prefix: str, state_dict) -> dict:
-        """num_batches_tracked for a checkpoint without it (PyTorch's from before version 2 of its norms, or
-        one built by hand, whose metadata gives no version): this module's own count, as torch's _NormBase."""
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        """A checkpoint without num_batches_tracked (PyTorch's from before version 2 of its norms, or one
+        built by hand, whose metadata gives no version) keeps this module's own count, as torch's _NormBase."""
         key = prefix + "num_batches_tracked"
-        version = (getattr(state_dict, "_metadata", None) or {}).get(prefix[:-1], {}).get("version")
-        if not self.track_running_stats or key in state_dict or (version is not None and version >= 2):
-            return {}
-        return {key: self.num_batches_tracked}
+        version = local_metadata.get("version")
+        if self.track_running_stats and key not in state_dict and (version is None or version < 2):
+            state_dict[key] = self.num_batches_tracked
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:

@@ -18,7 +18,7 @@ from flame.frontend.guards import is_plain, users_function
 from flame.frontend.memory_format import check as check_memory_format
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
-from flame.nn import module_hooks
+from flame.nn import module_hooks, module_load
 from flame.nn.module_hooks import ModuleHooks
 from flame.nn.module_lookup import ModuleLookup, check_new_name
 from flame.nn.module_repr import module_list_repr, module_repr
@@ -26,7 +26,6 @@ from flame.nn.module_state import (
     EXTRA_STATE,
     ExtraStateSlot,
     IncompatibleKeys,
-    match_state,
     mismatch_message,
     not_a_state_dict,
 )
@@ -424,30 +423,26 @@ class Module(ModuleHooks, ModuleLookup):
         """Dotted name -> tensor for every parameter and persistent buffer. The tensors share memory
         with the module (detached unless keep_vars). A module that defines get_extra_state adds what
         it returns under `<its name>._extra_state`, as torch's."""
-        return self._state_entries(prefix, keep_vars, Module.get_extra_state)
+        return self._state_entries(prefix, keep_vars)
 
-    def _state_entries(self, prefix: str, keep_vars: bool, extra, out=None) -> OrderedDict[str, Any]:
-        """state_dict's entries; `extra` Module.get_extra_state: the extra states themselves and the
-        state_dict hooks run, Module.set_extra_state: a slot (ExtraStateSlot) for each module that
-        takes one when loading. A module reached under two names is saved under both, as torch's."""
+    def _state_entries(self, prefix: str, keep_vars: bool, out=None) -> OrderedDict[str, Any]:
+        """state_dict's entries, with the state_dict hooks run. A module reached under two names is saved
+        under both, as torch's."""
         out = OrderedDict() if out is None else out
         dot = prefix if not prefix or prefix.endswith(".") else prefix + "."
-        hooked = extra is Module.get_extra_state
-        if hooked:
-            module_hooks.state_dict_pre(self, dot, keep_vars)
+        module_hooks.state_dict_pre(self, dot, keep_vars)
         for name, p in self._parameters.items():
             if p is not None:
                 out[dot + name] = p if keep_vars else p.detach()
         for name, b in self._buffers.items():
             if b is not None and name not in self._non_persistent:
                 out[dot + name] = b if keep_vars else b.detach()
-        if getattr(type(self), extra.__name__) is not extra:
-            out[dot + EXTRA_STATE] = self.get_extra_state() if hooked else ExtraStateSlot(self)
+        if type(self).get_extra_state is not Module.get_extra_state:
+            out[dot + EXTRA_STATE] = self.get_extra_state()
         for name, child in self._modules.items():
             if child is not None:
-                child._state_entries(dot + name + ".", keep_vars, extra, out)
-        if hooked:
-            module_hooks.state_dict_post(self, out, dot)
+                child._state_entries(dot + name + ".", keep_vars, out)
+        module_hooks.state_dict_post(self, out, dot)
         return out
 
     def get_extra_state(self) -> Any:
@@ -472,13 +467,14 @@ class Module(ModuleHooks, ModuleLookup):
         keys are returned instead (shapes must still fit). assign=True binds the loaded tensors
         themselves instead, as PyTorch's (their dtype; a parameter keeps its requires_grad; an optimizer
         made before holds the old ones). A path is refused (flame.ArgumentTypeError, a TypeError as in
-        PyTorch): load the file first. Where a module has load_state_dict post-hooks
+        PyTorch): load the file first. Each module's _load_from_state_dict takes its part, as torch's
+        (nn/module_load.py). Where a module has load_state_dict post-hooks
         (register_load_state_dict_post_hook), the tensors are copied first, the hooks may change the
         incompatible keys, and strict then judges the keys they leave, as torch's."""
         if not isinstance(state_dict, Mapping):
             raise ArgumentTypeError(not_a_state_dict(type(self).__name__, state_dict))
         post = module_hooks.load_post_hooked(self)
-        pairs, keys = self.plan_load(state_dict, strict and not post)
+        pairs, keys = self.plan_load(state_dict, strict and not post, assign)
         if assign:
             self._assign(pairs)
         else:
@@ -507,43 +503,23 @@ class Module(ModuleHooks, ModuleLookup):
                 else:
                     store[name] = src.detach()
 
-    def plan_load(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list, IncompatibleKeys]:
-        """Check state_dict against this module without changing anything: (destination, source) pairs
-        to copy, and the skipped keys. Raises flame.CheckpointError as load_state_dict does."""
-        state_dict = self._with_missing_defaults(self._run_load_pre_hooks(state_dict, strict))
-        own = self._state_entries("", True, Module.set_extra_state)
-        return match_state(own, state_dict, strict, type(self).__name__)
+    def plan_load(
+        self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False
+    ) -> tuple[list, IncompatibleKeys]:
+        """Check state_dict against this module, changing nothing but what a module's own
+        _load_from_state_dict changes by itself: (destination, source) pairs to copy, and the skipped
+        keys. Raises flame.CheckpointError as load_state_dict does."""
+        return module_load.plan(self, state_dict, strict, assign)
 
-    def _missing_state_defaults(self, prefix: str, state_dict: Mapping[str, Any]) -> dict[str, Any]:
-        """Entries an older checkpoint of this module lacks, which loading fills in (as torch's versioned
-        _load_from_state_dict does): none, unless a module class says otherwise."""
-        return {}
-
-    def _with_missing_defaults(self, state_dict: Mapping[str, Any]) -> Mapping[str, Any]:
-        """state_dict with the modules' _missing_state_defaults added (a copy, when there are any)."""
-        extra = {}
-        for p, m in self.named_modules():
-            if type(m)._missing_state_defaults is not Module._missing_state_defaults:
-                extra.update(m._missing_state_defaults(f"{p}." if p else "", state_dict))
-        return OrderedDict(state_dict, **extra) if extra else state_dict
-
-    def _run_load_pre_hooks(self, state_dict: Mapping[str, Any], strict: bool) -> Mapping[str, Any]:
-        """state_dict as the modules' load_state_dict pre-hooks leave it (a copy, when a module has one)."""
-        hooked = [
-            (p, m)
-            for p, m in self.named_modules(remove_duplicate=False)
-            if m.__dict__.get("_load_state_dict_pre_hooks")
-        ]
-        if not hooked:
-            return state_dict
-        state_dict, errors = OrderedDict(state_dict), []
-        for p, m in hooked:
-            for hook in list(m.__dict__["_load_state_dict_pre_hooks"].values()):
-                hook(state_dict, f"{p}." if p else "", {}, strict, [], [], errors)
-        if errors:
-            raise CheckpointError(f"load_state_dict into {type(self).__name__}:\n  " + "\n  ".join(errors)
-                                  + f"\n  at {user_location()}")
-        return state_dict
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: dict, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+        """Take this module's own entries of state_dict (those under prefix), as torch's: runs its
+        load_state_dict pre-hooks, matches its parameters, persistent buffers and extra state, and appends
+        to the lists what is missing, unexpected or wrong. Override it to convert an older checkpoint
+        (local_metadata["version"] is the saving module's _version, where the state_dict has metadata)
+        and call it through super()."""
+        module_load.load_own(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                             error_msgs, type(self).set_extra_state is not Module.set_extra_state)
 
     # ---- printing ---------------------------------------------------------------------------------
     def extra_repr(self) -> str:

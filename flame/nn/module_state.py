@@ -87,11 +87,15 @@ def match_state(
     return pairs, IncompatibleKeys(missing, unexpected)
 
 
-def mismatch_message(owner: str, missing: list, unexpected: list, misshaped: list, strict: bool) -> str:
+def mismatch_message(
+    owner: str, missing: list, unexpected: list, misshaped: list, strict: bool, errors: list = ()
+) -> str:
+    """load_state_dict's error: the counts, then each missing and unexpected key (when strict), each
+    mis-shaped entry and each other error message (a load_state_dict pre-hook's)."""
     counts = [
         f"{len(x)} {w}"
-        for x, w in ((missing, "missing"), (unexpected, "unexpected"), (misshaped, "mis-shaped"))
-        if x and (strict or w == "mis-shaped")
+        for x, w in ((missing, "missing"), (unexpected, "unexpected"), (misshaped, "mis-shaped"), (errors, "error"))
+        if x and (strict or w in ("mis-shaped", "error"))
     ]
     lines = [f"load_state_dict into {owner}: " + ", ".join(counts)]
     if strict and missing:
@@ -100,6 +104,8 @@ def mismatch_message(owner: str, missing: list, unexpected: list, misshaped: lis
         lines.append("  unexpected: " + ", ".join(unexpected))
     for m in misshaped:
         lines.append("  mis-shaped: " + m)
+    for m in errors:
+        lines.append("  " + m)
     lines.append(f"  at {user_location()}")
     return "\n".join(lines)
 

@@ -62,3 +62,65 @@ def test_train_and_eval_call_each_childs_own_train():
 
     t, f = _both(run)
     assert f == t
+
+
+def _values(m):
+    return {k: v.detach().numpy().tolist() if hasattr(v, "detach") else v.numpy().tolist()
+            for k, v in m.state_dict().items()}
+
+
+def _renaming_model(lib, T):
+    """A block whose _load_from_state_dict converts an older checkpoint (weight saved as `w`, a scale saved
+    as a plain number), the idiom of torch modules that changed their state."""
+
+    class Block(lib.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = lib.Parameter(T.zeros(2, 3))
+            self.scale = 1.0
+
+        def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+            if prefix + "w" in state_dict:
+                state_dict[prefix + "weight"] = state_dict.pop(prefix + "w")
+            self.scale = state_dict.pop(prefix + "scale", self.scale)
+            super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
+
+    return lib.Sequential(lib.Linear(3, 3), Block())
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_modules_own_load_from_state_dict_converts_an_old_checkpoint(strict):
+    def run(lib, T):
+        m = _renaming_model(lib, T)
+        sd = {"0.weight": T.ones(3, 3), "0.bias": T.full((3,), 2.0), "1.w": T.full((2, 3), 3.0), "1.scale": 0.5}
+        keys = m.load_state_dict(sd, strict=strict)
+        return list(keys.missing_keys), list(keys.unexpected_keys), _values(m), m[1].scale
+
+    t, f = _both(run)
+    assert f == t
+
+
+def test_incompatible_keys_are_listed_module_by_module_as_torchs():
+    def run(lib, T):
+        m = lib.Sequential(lib.Linear(2, 2), lib.Sequential(lib.Linear(2, 2)))
+        sd = dict(m.state_dict())
+        del sd["1.0.bias"], sd["0.weight"]
+        sd = {"1.0.extra": T.ones(1), **sd, "0.extra": T.ones(1), "extra": T.ones(1), "2.weight": T.ones(1)}
+        keys = m.load_state_dict(sd, strict=False)
+        return list(keys.missing_keys), list(keys.unexpected_keys)
+
+    t, f = _both(run)
+    assert f == t
+
+
+def test_a_load_pre_hook_sees_the_part_of_the_state_dict_under_its_module():
+    def run(lib, T):
+        m = lib.Sequential(lib.Linear(2, 2), lib.Sequential(lib.Linear(2, 2)))
+        seen = []
+        m[1].register_load_state_dict_pre_hook(
+            lambda mod, sd, prefix, meta, strict, *lists: seen.append((prefix, sorted(sd), strict)))
+        m.load_state_dict(m.state_dict(), strict=False)
+        return seen
+
+    t, f = _both(run)
+    assert f == t

@@ -40,7 +40,8 @@ from flame.ir.dtypes import bf16, f16, f32
 from flame.nn import init
 from flame.nn.layers import Dropout, Identity
 from flame.nn.layers import Linear as _Linear
-from flame.nn.module import Module, match_state
+from flame.nn.module import Module
+from flame.nn.module_state import match_state
 
 __all__ = ["Linear", "LoraConfig", "apply_lora", "load_lora", "lora_layers", "lora_state_dict",
            "mark_only_lora_as_trainable", "merge_and_unload", "merge_lora", "save_lora", "unmerge_lora"]
