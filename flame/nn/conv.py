@@ -477,6 +477,8 @@ class _NormBase(Module):
     (affine) and, with track_running_stats, the buffers running_mean, running_var and
     num_batches_tracked."""
 
+    _version = 2  # as torch's: a checkpoint of version 2 or later holds num_batches_tracked
+
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device: Any = None, dtype: Any = None, *, bias: bool = True):
         super().__init__()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import types
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -78,6 +79,8 @@ TRACING_HOOKS.append(_watch_attributes)
 class Module(ModuleHooks, ModuleLookup):
     """Base class of every layer. Assigning a Parameter, a Module or (via register_buffer) a Tensor to
     an attribute registers it, so parameters() and state_dict() find it. Hooks: nn/module_hooks.py."""
+
+    _version: int = 1  # the version state_dict's metadata records, which _load_from_state_dict reads
 
     @property
     def training(self) -> bool:
@@ -419,31 +422,46 @@ class Module(ModuleHooks, ModuleLookup):
         object.__setattr__(self, "_compiled_call", call)
 
     # ---- state_dict -------------------------------------------------------------------------------
-    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> OrderedDict[str, Any]:
-        """Dotted name -> tensor for every parameter and persistent buffer. The tensors share memory
-        with the module (detached unless keep_vars). A module that defines get_extra_state adds what
-        it returns under `<its name>._extra_state`, as torch's."""
-        return self._state_entries(prefix, keep_vars)
-
-    def _state_entries(self, prefix: str, keep_vars: bool, out=None) -> OrderedDict[str, Any]:
-        """state_dict's entries, with the state_dict hooks run. A module reached under two names is saved
-        under both, as torch's."""
-        out = OrderedDict() if out is None else out
-        dot = prefix if not prefix or prefix.endswith(".") else prefix + "."
-        module_hooks.state_dict_pre(self, dot, keep_vars)
-        for name, p in self._parameters.items():
-            if p is not None:
-                out[dot + name] = p if keep_vars else p.detach()
-        for name, b in self._buffers.items():
-            if b is not None and name not in self._non_persistent:
-                out[dot + name] = b if keep_vars else b.detach()
-        if type(self).get_extra_state is not Module.get_extra_state:
-            out[dot + EXTRA_STATE] = self.get_extra_state()
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "",
+                   keep_vars: bool = False) -> OrderedDict[str, Any]:
+        """Name -> tensor for every parameter and persistent buffer, each name `prefix` followed by its
+        dotted path (prefix is used as given: "model." gives "model.weight"). The tensors share memory
+        with the module (detached unless keep_vars). As torch's: each module's _save_to_state_dict writes
+        its own entries (a module that defines get_extra_state adds what it returns under
+        `<its name>._extra_state`), each child's state_dict its part, into `destination` (a new
+        OrderedDict whose `_metadata` holds each module's {"version": _version}, by default)."""
+        if args:  # torch's deprecated positional form: (destination, prefix, keep_vars)
+            warnings.warn("Positional args are being deprecated, use kwargs instead. Refer to "
+                          "https://pytorch.org/docs/main/generated/torch.nn.Module.html#torch.nn.Module.state_dict"
+                          " for details.", FutureWarning, stacklevel=2)
+            destination = args[0] if destination is None else destination
+            prefix = args[1] if len(args) > 1 and prefix == "" else prefix
+            keep_vars = args[2] if len(args) > 2 and keep_vars is False else keep_vars
+        if destination is None:
+            destination = OrderedDict()
+            destination._metadata = OrderedDict()
+        local_metadata = {"version": self._version}
+        if hasattr(destination, "_metadata"):
+            destination._metadata[prefix[:-1]] = local_metadata
+        module_hooks.state_dict_pre(self, prefix, keep_vars)
+        self._save_to_state_dict(destination, prefix, keep_vars)
         for name, child in self._modules.items():
             if child is not None:
-                child._state_entries(dot + name + ".", keep_vars, out)
-        module_hooks.state_dict_post(self, out, dot)
-        return out
+                child.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)
+        module_hooks.state_dict_post(self, destination, prefix, local_metadata)
+        return destination
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        """Put this module's own entries (not its children's) in destination under prefix, as torch's:
+        its parameters, persistent buffers and extra state. Override it to save something else."""
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                destination[prefix + name] = b if keep_vars else b.detach()
+        if type(self).get_extra_state is not Module.get_extra_state:
+            destination[prefix + EXTRA_STATE] = self.get_extra_state()
 
     def get_extra_state(self) -> Any:
         """What state_dict keeps of this module besides its parameters and buffers: define it (and

@@ -163,10 +163,10 @@ def state_dict_pre(module, prefix: str, keep_vars: bool) -> None:
         hook(module, prefix, keep_vars)
 
 
-def state_dict_post(module, state_dict, prefix: str) -> None:
+def state_dict_post(module, state_dict, prefix: str, local_metadata: dict) -> None:
     """module's state_dict post-hooks (register_state_dict_post_hook), with torch's local metadata."""
     for hook in list(module.__dict__.get("_state_dict_hooks", {}).values()):
-        if hook(module, state_dict, prefix, {"version": getattr(module, "_version", 1)}) is not None:
+        if hook(module, state_dict, prefix, local_metadata) is not None:
             raise RuntimeError("state_dict post-hook must return None")
 
 

@@ -124,3 +124,53 @@ def test_a_load_pre_hook_sees_the_part_of_the_state_dict_under_its_module():
 
     t, f = _both(run)
     assert f == t
+
+
+@pytest.mark.parametrize("prefix", ["model.", "model", ""])
+def test_state_dict_prefix_is_used_as_given(prefix):
+    def run(lib, T):
+        return list(lib.Sequential(lib.Linear(1, 1)).state_dict(prefix=prefix))
+
+    t, f = _both(run)
+    assert f == t
+
+
+def test_state_dict_metadata_records_each_modules_version():
+    def run(lib, T):
+        m = lib.Sequential(lib.Linear(2, 2), lib.BatchNorm1d(2))
+        sd = m.state_dict()
+        into = m.state_dict(destination={}, prefix="net.")
+        return dict(sd._metadata), list(into), m[1].state_dict(prefix="x.")._metadata
+
+    t, f = _both(run)
+    assert f == t
+
+
+def test_a_modules_own_save_to_state_dict_and_state_dict_are_used():
+    def run(lib, T):
+        class Packed(lib.Module):
+            """Saves its weight as a transposed entry under another name, as a quantized layer would."""
+
+            def __init__(self):
+                super().__init__()
+                self.weight = lib.Parameter(T.arange(6.0).reshape(2, 3))
+
+            def _save_to_state_dict(self, destination, prefix, keep_vars):
+                destination[prefix + "packed"] = self.weight.detach().t()
+
+        class Tagged(lib.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = lib.Linear(1, 1)
+
+            def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+                out = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
+                out[prefix + "tag"] = T.ones(1)
+                return out
+
+        m = lib.Sequential(Packed(), Tagged())
+        sd = m.state_dict()
+        return {k: tuple(v.shape) for k, v in sd.items()}, sd["0.packed"].numpy().tolist()
+
+    t, f = _both(run)
+    assert f == t
