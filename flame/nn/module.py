@@ -505,7 +505,8 @@ class Module(ModuleHooks, ModuleLookup):
         return keys
 
     def _assign(self, pairs: list) -> None:
-        """load_state_dict(assign=True): each destination's slot in its module takes the source tensor."""
+        """load_state_dict(assign=True): each destination's slot in its module takes the source tensor
+        itself, as torch's (a Parameter stays that object, with the destination's requires_grad)."""
         slots = {}
         for m in self.modules():
             for store in (m._parameters, m._buffers):
@@ -516,10 +517,7 @@ class Module(ModuleHooks, ModuleLookup):
             if isinstance(dst, ExtraStateSlot):
                 dst.copy_(src)
             for store, name in slots.get(id(dst), []):
-                if isinstance(dst, Parameter):
-                    store[name] = Parameter(src.detach(), requires_grad=dst.requires_grad)
-                else:
-                    store[name] = src.detach()
+                store[name] = _assigned(dst, src)
 
     def plan_load(
         self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False
@@ -545,6 +543,19 @@ class Module(ModuleHooks, ModuleLookup):
 
     def __repr__(self) -> str:
         return module_repr(self)
+
+
+def _assigned(dst: Tensor, src: Tensor) -> Tensor:
+    """What load_state_dict(assign=True) binds where dst was: src, made a Parameter with dst's
+    requires_grad where dst is one (as torch's); a buffer src becomes a `state` input, as register_buffer's."""
+    if isinstance(dst, Parameter):
+        if not isinstance(src, Parameter):
+            return Parameter(src.detach(), requires_grad=dst.requires_grad)
+        src.requires_grad = dst.requires_grad
+        return src
+    if src._role is None:
+        src._role = "state"
+    return src
 
 
 class _ModuleSequence(Module):

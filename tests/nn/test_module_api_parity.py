@@ -174,3 +174,18 @@ def test_a_modules_own_save_to_state_dict_and_state_dict_are_used():
 
     t, f = _both(run)
     assert f == t
+
+
+def test_load_state_dict_assign_binds_the_given_tensors_themselves():
+    def run(lib, T):
+        m = lib.Sequential(lib.Linear(2, 2), lib.BatchNorm1d(2))
+        sd = dict(m.state_dict())
+        sd["0.weight"] = lib.Parameter(T.ones(2, 2), requires_grad=False)  # takes the module's requires_grad
+        sd["0.bias"] = T.full((2,), 3.0)
+        sd["1.running_mean"] = T.full((2,), 5.0)
+        m.load_state_dict(sd, assign=True)
+        return (m[0].weight is sd["0.weight"], m[0].weight.requires_grad, type(m[0].bias).__name__,
+                m[0].bias.requires_grad, m[1].running_mean is sd["1.running_mean"])
+
+    t, f = _both(run)
+    assert f == t
