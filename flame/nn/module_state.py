@@ -32,7 +32,7 @@ class ExtraStateSlot:
 
 
 class IncompatibleKeys(NamedTuple):
-    """What load_state_dict(strict=False) skipped."""
+    """What load_state_dict(strict=False) skipped; it prints as torch's _IncompatibleKeys."""
 
     missing_keys: list[str]
     unexpected_keys: list[str]
@@ -40,7 +40,7 @@ class IncompatibleKeys(NamedTuple):
     def __repr__(self) -> str:
         if not self.missing_keys and not self.unexpected_keys:
             return "<All keys matched successfully>"
-        return f"IncompatibleKeys(missing_keys={self.missing_keys!r}, unexpected_keys={self.unexpected_keys!r})"
+        return f"_IncompatibleKeys(missing_keys={self.missing_keys!r}, unexpected_keys={self.unexpected_keys!r})"
 
 
 def _describe(t: Any) -> str:

@@ -189,3 +189,13 @@ def test_load_state_dict_assign_binds_the_given_tensors_themselves():
 
     t, f = _both(run)
     assert f == t
+
+
+def test_load_state_dict_result_prints_as_torchs():
+    def run(lib, T):
+        m = lib.Linear(2, 2)
+        return repr(m.load_state_dict({"weight": T.zeros(2, 2), "x": T.zeros(1)}, strict=False)), repr(
+            m.load_state_dict(m.state_dict()))
+
+    t, f = _both(run)
+    assert f == t
