@@ -180,7 +180,10 @@ class Module(ModuleHooks, ModuleLookup):
         object.__delattr__(self, name)
 
     def __dir__(self):
-        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
+        """The attributes, parameters, buffers and children, without names that start with a digit (a
+        Sequential's "0", "1", ... are no identifiers), as torch's."""
+        names = set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules)
+        return sorted(n for n in names if not n[:1].isdigit())
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         self._check_init(name)

@@ -199,3 +199,14 @@ def test_load_state_dict_result_prints_as_torchs():
 
     t, f = _both(run)
     assert f == t
+
+
+def test_dir_leaves_out_names_starting_with_a_digit():
+    def run(lib, T):
+        s = lib.Sequential(lib.Linear(1, 1), lib.ReLU())
+        s.register_buffer("stat", T.zeros(1))
+        names = dir(s)
+        return [n for n in names if n[0].isdigit()], "stat" in names, "forward" in names
+
+    t, f = _both(run)
+    assert f == t
