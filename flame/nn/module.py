@@ -641,6 +641,11 @@ class Sequential(_ModuleSequence):
             x = m(x)
         return x
 
+    def insert(self, index: int, module: Module) -> Sequential:
+        """Put a module before position index, as list.insert; returns this Sequential, as torch's."""
+        super().insert(index, module)
+        return self
+
     def __getitem__(self, i: int | slice):
         if isinstance(i, slice):  # the entries keep their names, as PyTorch's
             return Sequential(OrderedDict(list(self._modules.items())[i]))

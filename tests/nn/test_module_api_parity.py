@@ -210,3 +210,14 @@ def test_dir_leaves_out_names_starting_with_a_digit():
 
     t, f = _both(run)
     assert f == t
+
+
+def test_sequential_insert_returns_the_sequential_and_module_list_insert_none():
+    def run(lib, T):
+        s = lib.Sequential(lib.ReLU())
+        got = s.insert(0, lib.Tanh())
+        ml = lib.ModuleList([lib.ReLU()])
+        return got is s, ml.insert(0, lib.Tanh()), [type(m).__name__ for m in s]
+
+    t, f = _both(run)
+    assert f == t
