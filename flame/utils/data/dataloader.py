@@ -26,6 +26,7 @@ from flame.utils.data.dataset import IterableDataset, TensorDataset
 from flame.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from flame.utils.data.worker import (
     WorkerInfo,
+    _base_seed,
     _check_worker_count,
     _Host,
     _start_method,
@@ -396,6 +397,7 @@ class DataLoader:
         if self.num_workers == 0:
             if self.timeout != 0:
                 raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
+            _base_seed(self.generator)  # unused without workers, but drawn: the shuffle follows the same draws
             batches = fetch.stream() if isinstance(self.dataset, IterableDataset) else map(fetch, self._tasks())
             return _LoaderIterator(self, (copier.place(b) if self.pin_memory else b for b in batches))
         if self.prefetch_factor <= 0:  # no batch would ever be asked for

@@ -78,6 +78,16 @@ def get_worker_info() -> WorkerInfo | None:
     return _worker_info
 
 
+def _base_seed(generator) -> int:
+    """The seed a loader's iterator draws from its generator (flame's default one when None) as
+    torch's draws it: once per iterator, with or without workers (a persistent loader's later epochs
+    reuse theirs), so a shuffled epoch's order does not depend on num_workers. Worker w is seeded
+    with it + w."""
+    from flame.utils.data.sampler import host_rng
+
+    return int(host_rng(generator).integers(1 << 62))
+
+
 def _seed_worker(seed: int) -> None:
     """Seed a worker's random streams from its seed (the loader's base seed + worker id), as torch
     seeds `random`, its own generator and NumPy's: flame's default generator, `random` and NumPy's
@@ -213,8 +223,6 @@ class _WorkerIterator:
     the epoch, or, for persistent workers, when the loader is collected or the process exits."""
 
     def __init__(self, loader: DataLoader, fetch: _Fetcher, copier: _DeviceCopier):
-        from flame.utils.data.sampler import host_rng
-
         ctx = loader.multiprocessing_context
         if ctx is None or isinstance(ctx, str):
             methods = multiprocessing.get_all_start_methods()
@@ -223,7 +231,7 @@ class _WorkerIterator:
         self.iterable = isinstance(loader.dataset, IterableDataset)
         self.result_q = ctx.Queue()
         self.index_qs, self.workers = [], []
-        base_seed = int(host_rng(loader.generator).integers(1 << 62))  # repeatable under flame.manual_seed
+        base_seed = _base_seed(loader.generator)  # repeatable under flame.manual_seed
         for w in range(loader.num_workers):
             q = ctx.Queue()
             p = ctx.Process(
