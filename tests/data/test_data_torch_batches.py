@@ -5,6 +5,7 @@ items its own way, and default_convert keeping a sequence's type."""
 import collections
 
 import numpy as np
+import pytest
 import torch
 import torch.utils.data as tud
 
@@ -43,3 +44,30 @@ def test_default_convert_keeps_a_mutable_sequence_type_as_torch():
     ours = fud.default_convert(collections.deque([np.ones(1), np.zeros(2)]))
     assert type(ours) is type(theirs) is collections.deque
     assert [o.numpy().tolist() for o in ours] == [t.tolist() for t in theirs]
+
+
+def _form(obj):
+    """A batch's structure, types, dtypes and values, the same for torch's and flame's."""
+    if isinstance(obj, (torch.Tensor, flame.Tensor)):
+        a = obj.numpy()
+        return ("tensor", a.dtype.name, a.shape, a.tolist())
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__, [_form(o) for o in obj])
+    return (type(obj).__name__, obj)
+
+
+MIXED_DTYPES = {
+    "numpy f32 and i64 scalars": [np.float32(1.5), np.int64(2)],
+    "numpy i32 and f16 scalars": [np.int32(1), np.float16(2.5)],
+    "numpy i64 and f32 arrays": [np.arange(2), np.ones(2, np.float32)],
+    "numpy f16 and i16 arrays": [np.ones(2, np.float16), np.arange(2, dtype=np.int16)],
+    "numpy 0-d i32 and f32 arrays": [np.array(3, np.int32), np.array(0.5, np.float32)],
+    "numpy u8 and i8 arrays": [np.ones(2, np.uint8), np.full(2, -1, np.int8)],
+}
+
+
+@pytest.mark.parametrize("name", list(MIXED_DTYPES))
+def test_collate_of_numpy_values_of_several_dtypes_promotes_as_torch(name):
+    batch = MIXED_DTYPES[name]
+    assert _form(fud.default_collate(list(batch))) == _form(tud.default_collate(list(batch)))
+

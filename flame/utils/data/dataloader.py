@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections.abc
 import copy
+import functools
 import warnings
 from typing import Any
 
@@ -63,6 +64,7 @@ def default_collate(batch: list) -> Any:
     if isinstance(elem, (np.ndarray, np.generic)):
         if elem.dtype.kind in "OSUV":
             raise TypeError(_COLLATE_ERR.format(elem.dtype))
+        batch = _torch_promoted(batch)
         if isinstance(elem, np.ndarray):
             _check_same_shape([b.shape for b in batch])
             return Tensor(np.stack(batch))
@@ -93,6 +95,19 @@ def default_collate(batch: list) -> Any:
         except TypeError:
             return fields
     raise TypeError(_COLLATE_ERR.format(type(elem)))
+
+
+def _torch_promoted(batch: list) -> list:
+    """NumPy values of several dtypes cast to the one torch.stack gives them (an int64 and a float32
+    array make float32, where NumPy would make float64); values of one dtype as they are."""
+    dtypes = {b.dtype for b in batch}
+    if len(dtypes) == 1:
+        return batch
+    from flame.frontend.promotion import promote_types
+    from flame.ir.dtypes import dtype_of
+
+    target = functools.reduce(promote_types, [dtype_of(d) for d in dtypes]).np_dtype
+    return [np.asarray(b, target) for b in batch]
 
 
 def _check_same_shape(shapes: list) -> None:
