@@ -71,3 +71,7 @@ def test_collate_of_numpy_values_of_several_dtypes_promotes_as_torch(name):
     batch = MIXED_DTYPES[name]
     assert _form(fud.default_collate(list(batch))) == _form(tud.default_collate(list(batch)))
 
+def test_collate_of_numpy_strings_and_bytes_gives_them_as_a_list_as_torch():
+    for batch in ([np.str_("a"), np.str_("bc")], [np.bytes_(b"x"), np.bytes_(b"yz")], [{"k": np.str_("a")}] * 2):
+        assert _form(fud.default_collate(list(batch))) == _form(tud.default_collate(list(batch)))
+

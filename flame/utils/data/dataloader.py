@@ -61,6 +61,8 @@ def default_collate(batch: list) -> Any:
         return stack(list(batch))
     if _foreign(elem):  # another framework's tensors: torchvision's transforms.ToTensor() gives torch's
         return Tensor(np.stack([_host(b) for b in batch]))
+    if isinstance(elem, (str, bytes)):  # NumPy's str_ and bytes_ too, as torch's
+        return batch
     if isinstance(elem, (np.ndarray, np.generic)):
         if elem.dtype.kind in "OSUV":
             raise TypeError(_COLLATE_ERR.format(elem.dtype))
@@ -73,8 +75,6 @@ def default_collate(batch: list) -> Any:
         return tensor(list(batch), dtype="f64")
     if isinstance(elem, (bool, int)):
         return tensor(list(batch))
-    if isinstance(elem, (str, bytes)):
-        return batch
     if isinstance(elem, collections.abc.Mapping):
         return _collate_mapping(elem, batch)
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):
