@@ -1,6 +1,7 @@
 """flame.utils.data against torch.utils.data on the batches themselves, where a shortcut or a
 conversion could give other values or types than torch's: a TensorDataset subclass that reads its
-items its own way, and default_convert keeping a sequence's type."""
+items its own way, default_convert keeping a sequence's type, and default_collate of NumPy values of
+several dtypes, of NumPy strings and of Python ints beyond int64."""
 
 import collections
 
@@ -56,6 +57,13 @@ def _form(obj):
     return (type(obj).__name__, obj)
 
 
+def _outcome(collate, batch):
+    try:
+        return _form(collate(batch))
+    except Exception as e:  # noqa: BLE001 - whether it raised a ValueError is what is compared
+        return ("raised", isinstance(e, ValueError))
+
+
 MIXED_DTYPES = {
     "numpy f32 and i64 scalars": [np.float32(1.5), np.int64(2)],
     "numpy i32 and f16 scalars": [np.int32(1), np.float16(2.5)],
@@ -71,7 +79,13 @@ def test_collate_of_numpy_values_of_several_dtypes_promotes_as_torch(name):
     batch = MIXED_DTYPES[name]
     assert _form(fud.default_collate(list(batch))) == _form(tud.default_collate(list(batch)))
 
+
 def test_collate_of_numpy_strings_and_bytes_gives_them_as_a_list_as_torch():
     for batch in ([np.str_("a"), np.str_("bc")], [np.bytes_(b"x"), np.bytes_(b"yz")], [{"k": np.str_("a")}] * 2):
         assert _form(fud.default_collate(list(batch))) == _form(tud.default_collate(list(batch)))
 
+
+@pytest.mark.parametrize("batch", [[2**63, 1], [1, -(2**63) - 1], [True, 2**64], [2**63, 2.5], [1, 2**63, 0.5]])
+def test_collate_of_python_ints_beyond_int64_as_torch(batch):
+    ours, theirs = _outcome(fud.default_collate, list(batch)), _outcome(tud.default_collate, list(batch))
+    assert ours == theirs
