@@ -1,6 +1,7 @@
 """DistributedSampler against torch.utils.data.DistributedSampler (the oracle): the same indices in
 order without shuffling, padding by wrap-around and drop_last; with shuffling, every epoch's shards are
-disjoint, cover the data set and depend only on seed + epoch."""
+disjoint, cover the data set and depend only on seed + epoch; without a process group, num_replicas and
+rank must be given, as torch's."""
 
 from __future__ import annotations
 
@@ -37,8 +38,16 @@ def test_shuffled_shards_partition_each_epoch():
     assert list(again) == epochs[1][2]
 
 
-def test_defaults_to_the_process_group():
-    s = DistributedSampler(5)
-    assert (s.num_replicas, s.rank, list(DistributedSampler(5, shuffle=False))) == (1, 0, [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("kwargs", [{}, {"num_replicas": 2}, {"rank": 0}])
+def test_without_a_process_group_num_replicas_and_rank_are_needed_as_torch(kwargs):
+    """torch raises ValueError rather than taking one rank: each process of a launch that forgot
+    init_process_group would otherwise read every index."""
+    torch_data = pytest.importorskip("torch.utils.data")
+    with pytest.raises(ValueError) as theirs:
+        torch_data.DistributedSampler(range(5), **kwargs)
+    with pytest.raises(ValueError) as ours:
+        DistributedSampler(5, **kwargs)
+    assert str(ours.value).startswith(str(theirs.value))
+    assert list(DistributedSampler(5, 1, 0, shuffle=False)) == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match=r"Invalid rank 2, rank should be in the interval \[0, 1\]"):
         DistributedSampler(5, 2, 2)

@@ -36,8 +36,9 @@ def torch_randperm(n: int, seed: int) -> np.ndarray:
 
 class DistributedSampler(Sampler):
     """Indices of a data set of len(dataset) items (or `dataset` itself, an int) for one rank.
-    num_replicas / rank default to the process group's; call set_epoch(e) before each epoch to
-    reshuffle (the permutation depends on seed + epoch only, so every rank draws the same one)."""
+    num_replicas / rank default to the process group's (a ValueError without one, as torch's); call
+    set_epoch(e) before each epoch to reshuffle (the permutation depends on seed + epoch only, so every
+    rank draws the same one)."""
 
     def __init__(
         self,
@@ -48,8 +49,14 @@ class DistributedSampler(Sampler):
         seed: int = 0,
         drop_last: bool = False,
     ):
-        from flame.distributed import get_rank, get_world_size
+        from flame.distributed import get_rank, get_world_size, is_initialized
 
+        if (num_replicas is None or rank is None) and not is_initialized():  # torch's: no group, no default
+            raise ValueError(
+                "Default process group has not been initialized, please make sure to call init_process_group. "
+                f"(DistributedSampler: num_replicas={num_replicas}, rank={rank}; without a process group, "
+                "pass both)"
+            )
         self.dataset = dataset
         self.n = dataset if isinstance(dataset, int) else len(dataset)
         self.num_replicas = get_world_size() if num_replicas is None else int(num_replicas)
