@@ -1,7 +1,8 @@
 """flame.utils.data against torch.utils.data on the order of shuffled batches: which loaders give
 the same order for the same seed. flame's random numbers are not torch's, so the orders themselves
 differ; what must agree is the pattern (the same order with and without worker processes, a
-persistent loader's later epochs drawing differently from a fresh one's)."""
+persistent loader's later epochs drawing differently from a fresh one's, a random sampler's iterator
+drawing when first read)."""
 
 import itertools
 
@@ -38,3 +39,33 @@ def _pattern(mod, batch_size):
 @pytest.mark.parametrize("batch_size", [4, None])
 def test_worker_processes_give_the_shuffle_order_of_a_single_process_as_torch(batch_size):
     assert _pattern(fud, batch_size) == _pattern(tud, batch_size)
+
+
+def _samplers(mod):
+    return [
+        lambda: mod.RandomSampler(range(8)),
+        lambda: mod.RandomSampler(range(8), replacement=True),
+        lambda: mod.RandomSampler(range(8), num_samples=12),
+        lambda: mod.SubsetRandomSampler(list(range(8))),
+        lambda: mod.WeightedRandomSampler([1.0] * 8, 8),
+        lambda: mod.WeightedRandomSampler([1.0] * 8, 8, replacement=False),
+    ]
+
+
+def _drawn_when_read(lib, mod):
+    """For each random sampler: whether an iterator made before a reseed gives the order of one made after
+    it (it draws when first read, not when made)."""
+    same = []
+    for make in _samplers(mod):
+        sampler = make()
+        lib.manual_seed(5)
+        early = iter(sampler)
+        lib.manual_seed(0)
+        first = list(early)
+        lib.manual_seed(0)
+        same.append(first == list(iter(sampler)))
+    return same
+
+
+def test_random_samplers_draw_when_first_read_as_torch():
+    assert _drawn_when_read(flame, fud) == _drawn_when_read(torch, tud)

@@ -1,7 +1,8 @@
 """Samplers with torch.utils.data's interface: iterables of indices (or, for BatchSampler, of lists of
 indices). Shuffling draws its permutation on the host from a NumPy generator seeded by one draw of a
 flame.Generator (the default one unless given), so `flame.manual_seed` makes an epoch's order
-repeatable and each epoch's differs."""
+repeatable and each epoch's differs. As torch's, a sampler's iterator draws when first read, not when
+made."""
 
 from __future__ import annotations
 
@@ -70,9 +71,10 @@ class RandomSampler(Sampler):
         if self.replacement:
             if n == 0:
                 raise RuntimeError("random_ expects 'from' to be less than 'to', but got from=0 >= to=0")
-            return iter(rng.integers(0, n, self.num_samples).tolist())
+            yield from rng.integers(0, n, self.num_samples).tolist()
+            return
         reps = [rng.permutation(n) for _ in range(-(-self.num_samples // n))]
-        return iter(np.concatenate(reps)[: self.num_samples].tolist())
+        yield from np.concatenate(reps)[: self.num_samples].tolist()
 
     def __len__(self) -> int:
         return self.num_samples
@@ -86,7 +88,7 @@ class SubsetRandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         order = host_rng(self.generator).permutation(len(self.indices))
-        return iter([self.indices[i] for i in order])
+        yield from [self.indices[i] for i in order]
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -123,11 +125,12 @@ class WeightedRandomSampler(Sampler):
             raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
         rng = host_rng(self.generator)
         if self.replacement:
-            return iter(rng.choice(len(w), self.num_samples, True, w / w.sum()).tolist())
+            yield from rng.choice(len(w), self.num_samples, True, w / w.sum()).tolist()
+            return
         positive = np.flatnonzero(w > 0)
         first = rng.choice(positive, min(self.num_samples, len(positive)), False, w[positive] / w[positive].sum())
         rest = rng.permutation(np.flatnonzero(w == 0))[: self.num_samples - len(first)]
-        return iter(np.concatenate([first, rest]).astype(np.int64).tolist())
+        yield from np.concatenate([first, rest]).astype(np.int64).tolist()
 
     def __len__(self) -> int:
         return self.num_samples
