@@ -89,3 +89,20 @@ def test_collate_of_numpy_strings_and_bytes_gives_them_as_a_list_as_torch():
 def test_collate_of_python_ints_beyond_int64_as_torch(batch):
     ours, theirs = _outcome(fud.default_collate, list(batch)), _outcome(tud.default_collate, list(batch))
     assert ours == theirs
+
+
+def _subset_reads(mod):
+    data = list(range(10, 20))
+    out = []
+    for indices in (range(2, 5), [1.5, 2], np.array([3, 1])):
+        subset = mod.Subset(data, indices)
+        try:
+            out.append((type(subset.indices).__name__, [subset[i] for i in range(len(subset))]))
+        except TypeError:
+            out.append((type(subset.indices).__name__, "TypeError"))
+    return out
+
+
+def test_subset_keeps_its_indices_as_given_as_torch():
+    """torch reads dataset[indices[i]] with the indices as given: a float index is an error, not truncated."""
+    assert _subset_reads(fud) == _subset_reads(tud)

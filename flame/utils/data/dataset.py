@@ -62,10 +62,11 @@ class TensorDataset(Dataset):
 
 
 class Subset(Dataset):
-    """The items of `dataset` at `indices`, in that order."""
+    """The items of `dataset` at `indices`, in that order; `indices` is kept as given (a range, a list,
+    an array), each read as it is, as torch's."""
 
     def __init__(self, dataset: Dataset, indices: Sequence[int]):
-        self.dataset, self.indices = dataset, [int(i) for i in indices]
+        self.dataset, self.indices = dataset, indices
 
     def __getitem__(self, index):
         if isinstance(index, list):
