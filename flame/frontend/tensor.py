@@ -20,6 +20,7 @@ from flame.errors import (
     DTypeError,
     FlameError,
     GradDTypeError,
+    OverflowValueError,
     ShapeError,
     TraceError,
 )
@@ -169,6 +170,29 @@ def _asarray(data: Any) -> np.ndarray:
                             f"\n  at {user_location()}") from e
 
 
+def _refuse_wide_ints(data: Any, arr: np.ndarray, dt: DType | None) -> None:
+    """torch.tensor's ValueError for Python ints beyond int64 in data bound for an integer dtype (given,
+    or inferred from ints), which NumPy holds as uint64, objects or rounded float64s and a cast would
+    wrap: [2**63, 1] became -2**63. A float of that size is check_int_range's."""
+    if arr.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            if (np.abs(arr) < 2.0**63).all():
+                return
+    if not (dt if dt is not None else inferred_dtype(data)).is_int:
+        return
+
+    def leaves(x):
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                yield from leaves(y)
+        else:
+            yield x
+
+    if any(type(x) is int and not -(2**63) <= x < 2**63 for x in leaves(data)):
+        raise OverflowValueError(f"Overflow when unpacking long long: a Python int beyond int64 "
+                                 f"(-2**63..2**63-1)\n  at {user_location()}")
+
+
 def to_array(data: Any, dtype: Any = None, copy: bool = True):
     """Convert user data (lists, numbers, NumPy/CuPy/DLPack arrays, Tensors) to a device array.
     copy=False shares the caller's array where its dtype and device allow (as torch.as_tensor)."""
@@ -179,6 +203,8 @@ def to_array(data: Any, dtype: Any = None, copy: bool = True):
         arr = data
     else:
         arr = _asarray(data)
+        if not isinstance(data, np.ndarray) and arr.dtype.kind in "fuO":
+            _refuse_wide_ints(data, arr, dt)
         if dt is None:
             if arr.dtype.kind in "fiu":
                 dt = dtype_of(arr.dtype) if isinstance(data, np.ndarray) else inferred_dtype(data)

@@ -485,3 +485,21 @@ def test_iterating_a_0d_tensor_raises_as_torch():
         with pytest.raises(TypeError, match="iteration over a 0-d tensor"):
             iter(lib.tensor(1.0))
     assert [t.item() for t in flame.tensor([1.0, 2.0])] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("data, dtype", [([2**63, 1], None), ([2**63], None), ([[1, 2], [3, -(2**63) - 1]], None),
+                                         ([2**64], None), ([True, 2**63], None), ([2**63, 1], "int64"),
+                                         ([2**63, 1], "float32"), ([1.5, 2**63], None), ([-(2**63), 2**63 - 1], None)])
+def test_python_ints_beyond_int64_as_torch(data, dtype):
+    """A Python int beyond int64 bound for an integer tensor raises torch's ValueError. NumPy held
+    [2**63, 1] as float64 and the cast to i64 wrapped it to -2**63, silently; for a float dtype, or
+    beside a float, it is a float, as in torch."""
+    try:
+        want = torch.tensor(data, dtype=getattr(torch, dtype) if dtype else None)
+    except ValueError as e:
+        with pytest.raises(ValueError, match="Overflow when unpacking long long") as got:
+            flame.tensor(data, dtype=getattr(flame, dtype) if dtype else None)
+        assert "Overflow when unpacking long long" in str(e) and isinstance(got.value, flame.FlameError)
+        return
+    got = flame.tensor(data, dtype=getattr(flame, dtype) if dtype else None)
+    assert got.numpy().dtype == want.numpy().dtype and got.tolist() == want.tolist()
