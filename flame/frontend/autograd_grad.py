@@ -266,11 +266,14 @@ def backward(
         warnings.warn(_CYCLE, UserWarning, stacklevel=2)
     if inputs is not None:
         wrt = _tensors(inputs, "backward(inputs)")
+        for t in wrt:  # torch's engine makes a non-leaf input retain its grad: retain_grad() accumulates it
+            if not t.is_leaf:
+                t.retain_grad()
         got = grad(ts, wrt, seeds, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True) \
             if not eager or not wrt else _eager_grad(ts, wrt, seeds, retain_graph, create_graph, True, False, own=True)
         with nullcontext() if create_graph else no_grad():  # torch's AccumulateGrad: in place unless recording
             for t, gt in zip(wrt, got):
-                if gt is not None:
+                if gt is not None and not t.retains_grad:
                     accumulate_and_notify(t, gt)
         return
     if eager and create_graph:

@@ -171,6 +171,37 @@ def test_backward_inputs_a_non_leaf_fills_its_grad_without_the_non_leaf_warning(
     assert not [w for w in recwarn if "not a leaf" in str(w.message)]
 
 
+def _non_leaf_input(lib, hooked, retained, compiled=False):
+    """backward(inputs=[h, x]) with a non-leaf h (hooked, retaining its grad or not), then a second
+    backward: torch's engine makes h retain its grad, so the first accumulates h's gradient once and the
+    second adds to it."""
+    x = lib.tensor(X, requires_grad=True)
+
+    def step(x):
+        h = x * 2
+        if hooked:
+            h.register_hook(lambda g: g * 3)
+        if retained:
+            h.retain_grad()
+        (h * h).sum().backward(inputs=[h, x], retain_graph=True)
+        first = h.grad.clone()
+        (h * 5).sum().backward()
+        return first, h.grad, h.retains_grad
+
+    first, second, retains = (flame.compile(step) if compiled else step)(x)
+    return _arr(first), _arr(second), _arr(x.grad), retains
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("retained", [False, True], ids=["", "retained"])
+@pytest.mark.parametrize("hooked", [False, True], ids=["", "hooked"])
+def test_backward_inputs_a_non_leaf_retains_its_grad_and_accumulates_it_once_as_torch(hooked, retained, compiled):
+    got, want = _non_leaf_input(flame, hooked, retained, compiled), _non_leaf_input(torch, hooked, retained)
+    for g, w in zip(got[:3], want[:3]):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    assert got[3] is want[3] is True
+
+
 def _off_path_hooks(lib, how):
     """Hooks, retain_grad() and a module backward hook on tensors a gradient with respect to x does not
     pass (computed from w only, or before the input asked for): torch runs none of them."""
