@@ -4,11 +4,12 @@ JAX's checkpoint policies (which results of the region the backward keeps instea
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from flame.errors import ArgumentError, ArgumentTypeError
-from flame.frontend.context import checkpoint_saves, current_trace, in_checkpoint
+from flame.frontend.context import checkpoint_saves, current_trace, in_checkpoint, no_grad
 from flame.frontend.tensor import Tensor
 from flame.ir import registry
 from flame.ir.graph import CheckpointLoc
@@ -76,14 +77,19 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
     the results it hands back (those read outside the region) are kept, as in PyTorch. Random draws
     inside the region repeat exactly (they are counter-based), so preserve_rng_state holds by
     construction. Eagerly the result and the gradients are the same; eager
-    backward() recomputes the whole forward graph anyway. use_reentrant, context_fn,
-    determinism_check and debug are accepted for compatibility and ignored.
+    backward() recomputes the whole forward graph anyway. use_reentrant=True is torch's reentrant
+    variant: keyword arguments for the function, context_fn and debug are ValueErrors, and when no tensor
+    argument requires grad the result records no gradient (torch's warning; the parameters the function
+    reads get none). context_fn, determinism_check and debug are otherwise accepted and ignored.
 
     policy (JAX's checkpoint policies): None or "save_nothing" (checkpoint_policies.nothing_saveable)
     recomputes everything; "save_matmuls" (dots_saveable) keeps the matmuls' results and recomputes the
     rest; checkpoint_policies.save_only_these_names("a", ...) keeps the values tagged with those names
     (`flame.tag(x, "a")`). Kept results print as `checkpoint N saved`; gradients are the same either way."""
     chosen = _policy(policy)
+    if use_reentrant and not _reentrant_records(args, kwargs, context_fn, debug):
+        with no_grad():  # torch's reentrant checkpoint is a Function of its tensor arguments alone
+            return function(*args)
     outer = in_checkpoint.get()  # a checkpoint inside another is part of the outer region (and policy)
     region = next(_REGIONS) if outer is None else outer
     token = in_checkpoint.set(region)
@@ -97,6 +103,22 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
         in_checkpoint.reset(token)
         if outer is None:
             _POLICY.pop(region, None)
+
+
+def _reentrant_records(args: tuple, kwargs: dict, context_fn: Any, debug: bool) -> bool:
+    """torch's checks of a use_reentrant=True call (keyword arguments for the function, context_fn and
+    debug are ValueErrors), and whether its result records a gradient: only when a tensor argument
+    requires grad (torch warns otherwise, and the parameters the function reads get no gradient)."""
+    if kwargs:
+        raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+    if context_fn is not None or debug:
+        raise ValueError("Passing `context_fn` or `debug` is only supported when use_reentrant=False.")
+    trace = current_trace.get()
+    wants = (lambda a: a.requires_grad) if trace is None else trace.requires_grad
+    if any(isinstance(a, Tensor) and wants(a) for a in args):
+        return True
+    warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", UserWarning, stacklevel=3)
+    return False
 
 
 def tag(x: Tensor, name: str) -> Tensor:
