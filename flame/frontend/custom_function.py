@@ -71,7 +71,9 @@ class Call:
     tensor arguments (`inputs`, at `positions` among `n_args` arguments) and of its output leaves
     (`outputs`, None for a Python value); `slots`: which saved entries are tensors (the rest None);
     `saved_results`: saved tensor (its position among the saved tensors) -> the index of the result it
-    is, for a backward that reads the Function's own result (`op`, the definition's op, finds it)."""
+    is, for a backward that reads the Function's own result (`op`, the definition's op, finds it);
+    `needs`: which tensor arguments required grad (a gradient for one that did not is dropped unchecked,
+    as torch's engine has no edge to check it against)."""
 
     what: str
     where: str
@@ -85,6 +87,7 @@ class Call:
     saved_results: dict[int, int] = field(default_factory=dict)
     key: int = -1
     results: list = field(default_factory=list)  # weak references to its eager differentiable results
+    needs: list[bool] = field(default_factory=list)
     __weakref__: Any = field(default=None, init=False, repr=False, compare=False)
 
 
@@ -161,6 +164,7 @@ def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[
         op.name,
         {i: k for i, s in enumerate(saved) for k, (t, d) in enumerate(zip(fw.outputs, diff)) if d and s is t},
     )
+    call.needs = [needs[i] for i in positions]
     claim(_CALLS, call)
     if trace is not None:
         _HELD.setdefault(trace.graph, []).append(call)
@@ -261,6 +265,9 @@ def _checked(c: Call, got: list, trace, loc) -> list:
             continue
         x = c.inputs[c.positions.index(pos)]
         if g is None:
+            out.append(None)
+            continue
+        if not c.needs[c.positions.index(pos)] and isinstance(g, Tensor):
             out.append(None)
             continue
         if not isinstance(g, Tensor) or g._trace is not trace:
