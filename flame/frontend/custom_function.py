@@ -169,13 +169,15 @@ def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[
     if trace is not None:
         _HELD.setdefault(trace.graph, []).append(call)
     ins = (*(args[i] for i in positions), *saved)
-    outs = [
-        _result(op, call, k, ins, t, trace) if d else _plain(t, trace) for k, (t, d) in enumerate(zip(fw.outputs, diff))
-    ]
+    # a tensor returned at several positions is one result, the last position's, as torch's (the
+    # earlier positions get no cotangent of their own)
+    last = {id(t): k for k, (t, d) in enumerate(zip(fw.outputs, diff)) if d}
+    made = {k: _result(op, call, k, ins, t, trace) for k, t in enumerate(fw.outputs) if diff[k] and last[id(t)] == k}
+    outs = [made[last[id(t)]] if d else _plain(t, trace) for t, d in zip(fw.outputs, diff)]
     if trace is None:
-        call.results = [weakref.ref(o) for o, d in zip(outs, diff) if d]
+        call.results = [weakref.ref(o) for o in made.values()]
     if hooks_installed():
-        _pack(fw, ins, len(positions), [o for o, d in zip(outs, diff) if d], trace)
+        _pack(fw, ins, len(positions), list(made.values()), trace)
     return fw.rebuild(outs)
 
 

@@ -453,40 +453,6 @@ def test_a_wrong_backward_raises_as_torch_naming_the_function(case, compiled):
     assert "Bad.backward, defined at test_custom_autograd.py:" in str(e.value)
 
 
-@pytest.mark.parametrize("other", ["int_index", "float_without_grad"])
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_a_gradient_for_an_argument_that_requires_none_is_dropped_unchecked_as_torch(other, compiled):
-    """torch's engine has no edge to an argument that requires no grad (an index tensor, data), so a
-    gradient returned for it is dropped, whatever its shape; x's gradient is the backward's."""
-
-    def run(lib):
-        class Gather(lib.autograd.Function):
-            @staticmethod
-            def forward(ctx, x, idx):
-                ctx.save_for_backward(idx)
-                return x * 2 if other == "float_without_grad" else x[idx]
-
-            @staticmethod
-            def backward(ctx, g):
-                (idx,) = ctx.saved_tensors
-                if other == "float_without_grad":
-                    return g * 2, g.sum()
-                return lib.zeros(4, dtype=g.dtype).index_add(0, idx, g), g.sum()
-
-        x = lib.tensor(_rng(17, 4), requires_grad=True)
-        idx = lib.tensor([1, 1, 3]) if other == "int_index" else lib.tensor(_rng(18, 4))
-
-        def body(x, idx):
-            (Gather.apply(x, idx) ** 2).sum().backward()
-
-        (flame.compile(body) if compiled and lib is flame else body)(x, idx)
-        return x.grad.numpy(), idx.grad
-
-    (got, got_idx), (want, want_idx) = run(flame), run(torch)
-    np.testing.assert_allclose(got, want, rtol=1e-12)
-    assert got_idx is None and want_idx is None
-
-
 def test_trailing_nones_beyond_the_arguments_are_allowed_as_in_torch():
     x = flame.tensor([1.0, 2.0, 3.0], requires_grad=True)
     _bad_fn(flame, lambda g: (g, None, None, None)).apply(x, flame.tensor([1.0, 1.0, 1.0]), 2.0).sum().backward()
