@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
-from flame.errors import FlameError
-from flame.frontend.context import current_trace, no_grad
+from flame.errors import AssertedArgumentError, FlameError
+from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import full
 from flame.frontend.ops import maximum, where
 from flame.frontend.tensor import Tensor
@@ -70,12 +70,13 @@ class GradScaler:
                  backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True):
         if current_trace.get() is not None:
             raise FlameError("GradScaler: create the scaler before @flame.compile traces the step")
-        if growth_factor <= 1.0:
-            raise ValueError(f"GradScaler: growth_factor must be > 1.0, got {growth_factor}")
-        if not 0.0 < backoff_factor < 1.0:
-            raise ValueError(f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor}")
-        if int(growth_interval) <= 0:
-            raise ValueError(f"GradScaler: growth_interval must be a positive integer, got {growth_interval}")
+        if enabled:  # torch checks only these two, with assert, and only for an enabled scaler
+            if growth_factor <= 1.0:
+                raise AssertedArgumentError(f"The growth factor must be > 1.0. GradScaler: growth_factor="
+                                            f"{growth_factor}\n  at {user_location()}")
+            if backoff_factor >= 1.0:
+                raise AssertedArgumentError(f"The backoff factor must be < 1.0. GradScaler: backoff_factor="
+                                            f"{backoff_factor}\n  at {user_location()}")
         self.device, self._enabled = device, bool(enabled)
         self._init_scale, self._growth_factor = float(init_scale), float(growth_factor)
         self._backoff_factor, self._growth_interval = float(backoff_factor), int(growth_interval)

@@ -1,0 +1,59 @@
+"""flame.amp.GradScaler's argument checks and misuse against torch.amp.GradScaler("cpu"): what each
+refuses (the same exception type) and what each accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+import flame
+import flame.nn as nn
+from flame.amp import GradScaler
+
+torch = pytest.importorskip("torch")
+
+
+def _make(lib, **kw):
+    return torch.amp.GradScaler("cpu", **kw) if lib is torch else GradScaler("cpu", **kw)
+
+
+def _outcome(fn):
+    """('ok', value) or the exception type torch's users catch (AssertionError, ValueError, ...)."""
+    try:
+        return "ok", fn()
+    except AssertionError:
+        return "AssertionError", None
+    except RuntimeError:
+        return "RuntimeError", None
+    except ValueError:
+        return "ValueError", None
+
+
+@pytest.mark.parametrize("kw", [
+    dict(growth_factor=1.0), dict(growth_factor=0.5), dict(backoff_factor=1.0), dict(backoff_factor=2.0),
+    dict(backoff_factor=0.0), dict(growth_interval=0), dict(growth_factor=1.0, enabled=False),
+    dict(backoff_factor=1.5, enabled=False),
+], ids=str)
+def test_constructor_checks_as_torch(kw):
+    """torch asserts growth_factor > 1 and backoff_factor < 1, only for an enabled scaler, and accepts a zero
+    backoff factor or growth interval."""
+    want = _outcome(lambda: _make(torch, **kw).state_dict())
+    got = _outcome(lambda: _make(flame, **kw).state_dict())
+    assert got == want
+
+
+@pytest.mark.parametrize("kw", [dict(backoff_factor=0.0), dict(growth_interval=0)], ids=str)
+def test_accepted_corner_factors_update_as_torch(kw):
+    """A zero backoff factor sends the scale to 0 on inf/NaN; a zero growth interval never grows it."""
+    scales = []
+    for lib in (torch, flame):
+        p = (torch.nn.Parameter if lib is torch else nn.Parameter)(lib.ones(2))
+        opt, scaler = lib.optim.SGD([p], lr=0.1), _make(lib, init_scale=4.0, **kw)
+        seen = []
+        for s in (1.0, 1.0, float("inf"), 1.0):
+            scaler.scale(p.sum() * s).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            seen.append(scaler.get_scale())
+        scales.append(seen)
+    assert scales[1] == scales[0]
