@@ -84,6 +84,7 @@ class GradScaler:
         self._scalars: tuple[object, dict] = (None, {})
         self._found_buffers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> found_inf
         self._replayed: object = None  # the trace that sets this scaler's bookkeeping again at each replay
+        self._scaled = False  # torch makes its scale at the first scale() of a tensor; unscale_/step/update need it
         if self._enabled:
             self._scale = _state_scalar(self._init_scale, f32)
             self._growth_tracker = _state_scalar(0, i32)
@@ -95,6 +96,7 @@ class GradScaler:
         if not self._enabled:
             return outputs
         if isinstance(outputs, Tensor):
+            self._scaled = True
             return outputs * self._scale
         if isinstance(outputs, Iterable):
             scaled = map(self.scale, outputs)
@@ -106,6 +108,7 @@ class GradScaler:
         any is inf or NaN. At most once per optimizer between update() calls (PyTorch's rule)."""
         if not self._enabled:
             return
+        self._check_scaled("unscale_")
         st = self._opt_state(optimizer)
         if st["stage"] is _Stage.UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
@@ -138,6 +141,7 @@ class GradScaler:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
             raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        self._check_scaled("step")
         st = self._opt_state(optimizer)
         if st["stage"] is _Stage.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
@@ -156,6 +160,7 @@ class GradScaler:
         """Adapt the scale to the inf/NaN checks since the last update (or set it to new_scale)."""
         if not self._enabled:
             return
+        self._check_scaled("update")
         with no_grad():
             if new_scale is not None:
                 self._scale.copy_(new_scale if isinstance(new_scale, Tensor) else full((), float(new_scale), f32))
@@ -233,6 +238,13 @@ class GradScaler:
             self._growth_tracker.fill_(int(state_dict["_growth_tracker"]))
 
     # ---- helpers --------------------------------------------------------------------------------
+    def _check_scaled(self, funcname: str) -> None:
+        """torch's scale tensor exists only once scale() has met a tensor: before that, unscale_, step and
+        update refuse (unscaled gradients would otherwise be divided by the initial scale)."""
+        if not self._scaled:
+            raise AssertionError(f"Attempted {funcname} but _scale is None.  This may indicate your script did not "
+                                 f"use scaler.scale(loss or outputs) earlier in the iteration.\n  at {user_location()}")
+
     def _opt_state(self, optimizer) -> dict[str, Any]:
         return self._per_optimizer_states.setdefault(id(optimizer), _fresh_state())
 

@@ -216,7 +216,7 @@ def test_fp16_gradients_refuse_to_unscale():
     p = nn.Parameter(flame.ones(3, dtype=flame.f16))
     opt = flame.optim.SGD([p], lr=0.1)
     scaler = GradScaler()
-    (p.float().sum() * 2).backward()
+    scaler.scale(p.float().sum() * 2).backward()
     with pytest.raises(ValueError, match="FP16"):
         scaler.unscale_(opt)
 
@@ -304,6 +304,7 @@ def test_unscale_of_bf16_gradients_matches_torch_bit_for_bit(compiled):
     fp = nn.Parameter(flame.zeros(64, dtype=flame.bf16))
     fp.grad = flame.tensor(g).to(flame.bf16)
     fopt, fscaler = flame.optim.SGD([fp], lr=0.1), GradScaler("cpu", init_scale=3.0**5)
+    fscaler.scale(flame.ones(1))
     unscale = flame.compile(fscaler.unscale_) if compiled else fscaler.unscale_
     unscale(fopt)
     assert fp.grad.to(flame.f32).numpy().tobytes() == tp.grad.float().numpy().tobytes()

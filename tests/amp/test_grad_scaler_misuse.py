@@ -16,10 +16,10 @@ def _make(lib, **kw):
     return torch.amp.GradScaler("cpu", **kw) if lib is torch else GradScaler("cpu", **kw)
 
 
-def _outcome(fn):
+def _outcome(fn, *args):
     """('ok', value) or the exception type torch's users catch (AssertionError, ValueError, ...)."""
     try:
-        return "ok", fn()
+        return "ok", fn(*args)
     except AssertionError:
         return "AssertionError", None
     except RuntimeError:
@@ -57,3 +57,40 @@ def test_accepted_corner_factors_update_as_torch(kw):
             seen.append(scaler.get_scale())
         scales.append(seen)
     assert scales[1] == scales[0]
+
+
+def _param_with_grad(lib):
+    p = (torch.nn.Parameter if lib is torch else nn.Parameter)(lib.ones(2))
+    (p.sum() * 4).backward()
+    return p, lib.optim.SGD([p], lr=0.1)
+
+
+@pytest.mark.parametrize("call", ["step", "unscale_", "update", "update_new_scale"])
+def test_calls_before_any_scale_refuse_as_torch(call):
+    """Before scale() has met a tensor, torch's scaler has no scale: step, unscale_ and update raise an
+    AssertionError, and the parameters keep their values (no step on gradients never scaled)."""
+    msgs, params = [], []
+    for lib in (torch, flame):
+        p, opt = _param_with_grad(lib)
+        scaler = _make(lib)
+        scaler.scale([])  # an empty list reaches no tensor: still no scale
+        fn, args = {"step": (scaler.step, (opt,)), "unscale_": (scaler.unscale_, (opt,)),
+                    "update": (scaler.update, ()), "update_new_scale": (scaler.update, (8.0,))}[call]
+        with pytest.raises(AssertionError) as err:
+            fn(*args)
+        msgs.append(str(err.value).splitlines()[0])
+        params.append(p.detach().numpy().tolist())
+    assert msgs[1] == msgs[0]
+    assert params[1] == params[0] == [1.0, 1.0]
+
+
+def test_scale_of_a_generator_makes_the_scale_when_consumed_as_torch():
+    outcomes = []
+    for lib in (torch, flame):
+        p, opt = _param_with_grad(lib)
+        scaler = _make(lib)
+        lazy = scaler.scale(t for t in [lib.ones(1)])
+        before = _outcome(scaler.unscale_, opt)[0]
+        list(lazy)
+        outcomes.append((before, _outcome(scaler.step, opt)[0], p.detach().numpy().tolist()))
+    assert outcomes[1] == outcomes[0]
