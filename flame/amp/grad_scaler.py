@@ -161,6 +161,10 @@ class GradScaler:
         if not self._enabled:
             return
         self._check_scaled("update")
+        if isinstance(new_scale, Tensor) and (new_scale.numel() != 1 or new_scale.requires_grad):
+            raise AssertionError(f"new_scale should be a float or a 1-element FloatTensor with requires_grad=False; "
+                                 f"update: new_scale has shape {tuple(new_scale.shape)} and requires_grad="
+                                 f"{new_scale.requires_grad}\n  at {user_location()}")
         with no_grad():
             if new_scale is not None:
                 self._scale.copy_(new_scale if isinstance(new_scale, Tensor) else full((), float(new_scale), f32))

@@ -94,3 +94,18 @@ def test_scale_of_a_generator_makes_the_scale_when_consumed_as_torch():
         list(lazy)
         outcomes.append((before, _outcome(scaler.step, opt)[0], p.detach().numpy().tolist()))
     assert outcomes[1] == outcomes[0]
+
+
+@pytest.mark.parametrize("new_scale", ["float", "0d", "0d_f64", "1elt", "2elt", "requires_grad"])
+def test_update_with_a_new_scale_as_torch(new_scale):
+    """update(new_scale): a float or a 0-d tensor sets the scale; a tensor of more than one element or one
+    that requires grad is refused with torch's AssertionError (a [1] tensor fails torch's copy_)."""
+    got = []
+    for lib in (torch, flame):
+        scaler = _make(lib, init_scale=4.0)
+        scaler.scale(lib.ones(1))
+        value = {"float": 3.0, "0d": lib.tensor(8.0), "0d_f64": lib.tensor(3.0, dtype=lib.float64),
+                 "1elt": lib.tensor([8.0]), "2elt": lib.tensor([8.0, 2.0]),
+                 "requires_grad": lib.tensor(8.0, requires_grad=True)}[new_scale]
+        got.append((_outcome(scaler.update, value)[0], scaler.get_scale()))
+    assert got[1] == got[0]
