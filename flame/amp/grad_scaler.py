@@ -241,6 +241,30 @@ class GradScaler:
             self._scale.fill_(self._init_scale)
             self._growth_tracker.fill_(int(state_dict["_growth_tracker"]))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickle and copy.deepcopy keep, as torch's: only between iterations (no optimizer unscaled or
+        stepped since the last update()); the scale and growth tracker as numbers, made into fresh state
+        tensors by __setstate__, and the copy needs a scale() again before unscale_/step/update."""
+        state = self.__dict__.copy()
+        if self._enabled:
+            if self._per_optimizer_states:
+                raise AssertionError("A GradScaler instance may only be pickled at the beginning of an iteration, "
+                                     "or at the end after scaler.update().")
+            state["_init_scale"] = self.get_scale()
+            state["_init_growth_tracker"] = int(self._growth_tracker.item())
+            del state["_scale"], state["_growth_tracker"]
+        state.update(_scaled=False, _found_buffers=None, _replayed=None, _scalars=(None, {}))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        tracker = state.pop("_init_growth_tracker", 0)
+        self.__dict__.update(state)
+        self._found_buffers = weakref.WeakKeyDictionary()
+        if self._enabled:
+            self._scale = _state_scalar(self._init_scale, f32)
+            self._growth_tracker = _state_scalar(tracker, i32)
+
     # ---- helpers --------------------------------------------------------------------------------
     def _check_scaled(self, funcname: str) -> None:
         """torch's scale tensor exists only once scale() has met a tensor: before that, unscale_, step and

@@ -109,3 +109,39 @@ def test_update_with_a_new_scale_as_torch(new_scale):
                  "requires_grad": lib.tensor(8.0, requires_grad=True)}[new_scale]
         got.append((_outcome(scaler.update, value)[0], scaler.get_scale()))
     assert got[1] == got[0]
+
+
+@pytest.mark.parametrize("copy_with", ["pickle", "deepcopy"])
+def test_pickle_and_deepcopy_as_torch(copy_with):
+    """A scaler pickles (or deep-copies) between iterations with its scale and growth tracker, and the copy
+    needs a scale() before step, as torch's; mid-iteration (after unscale_ or step, before update) torch
+    refuses with an AssertionError. The copy then trains on as the original would."""
+    import copy
+    import pickle
+
+    dup = (lambda s: pickle.loads(pickle.dumps(s))) if copy_with == "pickle" else copy.deepcopy
+    got = []
+    for lib in (torch, flame):
+        p, opt = _param_with_grad(lib)
+        scaler = _make(lib, init_scale=8.0, growth_interval=2)
+        for s in (1.0, float("inf"), 1.0):
+            opt.zero_grad()
+            scaler.scale(p.sum() * s).backward()
+            scaler.step(opt)
+            scaler.update()
+        fresh = _make(lib, enabled=False)
+        scaler.scale(p.sum()).backward()
+        scaler.unscale_(opt)
+        seen = [_outcome(dup, scaler)[0], _outcome(dup, fresh)[0]]
+        scaler.step(opt)
+        scaler.update()
+        twin = dup(scaler)
+        seen += [twin.state_dict(), _outcome(twin.step, opt)[0]]
+        for s in (1.0, 1.0, float("inf")):
+            opt.zero_grad()
+            twin.scale(p.sum() * s).backward()
+            twin.step(opt)
+            twin.update()
+            seen.append((twin.get_scale(), twin.state_dict()["_growth_tracker"]))
+        got.append((seen, p.detach().numpy().tolist(), scaler.state_dict()))
+    assert got[1] == got[0]
