@@ -132,6 +132,8 @@ class autocast:  # noqa: N801 - PyTorch's name
     as a decorator. device_type ("cuda", "cpu" or "reference") only picks the default dtype, as in
     PyTorch (float16 for cuda, bfloat16 for cpu); flame runs on the current device either way.
     dtype=flame.float8_e4m3fn (the default Float8Recipe) or a Float8Recipe trains in FP8 (module doc).
+    As torch's, "cuda" takes any floating dtype as the one "lower" ops run in (float32 included), while "cpu"
+    and "reference" take bfloat16 / float16 only: another dtype warns and leaves the region disabled.
     enabled=False turns autocast off inside an enclosing region. cache_enabled is accepted and ignored
     (inside @flame.compile common-subexpression elimination casts each weight once)."""
 
@@ -146,9 +148,17 @@ class autocast:  # noqa: N801 - PyTorch's name
         if self.fp8 is None and dtype is not None and dtype_of(dtype) == f8e4m3:
             self.fp8 = Float8Recipe()
         dt = bf16 if self.fp8 else DEVICE_TYPES[device_type] if dtype is None else dtype_of(dtype)
-        if dt not in LOW:
-            raise DTypeError(f"autocast: dtype must be float16 or bfloat16 (float8_e4m3fn or a Float8Recipe: FP8 "
-                             f"training), got {dt}")
+        if not dt.is_float:
+            raise DTypeError(f"autocast: dtype must be a floating dtype (float16 or bfloat16; float8_e4m3fn or a "
+                             f"Float8Recipe: FP8 training), got {dt}")
+        if enabled and dt not in LOW and device_type != "cuda":
+            # torch's CUDA autocast runs "lower" ops in any fast dtype (float32 too); its CPU autocast warns
+            # and turns itself off for a dtype other than bfloat16 / float16
+            name = device_type.upper()
+            warnings.warn(f"In {name} autocast, but the target dtype is not supported. Disabling autocast.\n"
+                          f"{name} Autocast only supports dtypes of flame.bfloat16, flame.float16 currently.",
+                          stacklevel=2)
+            enabled = False
         self.device_type, self.fast_dtype, self.enabled = device_type, dt, bool(enabled)
         self._tokens: list = []
 

@@ -238,8 +238,8 @@ def test_f64_is_never_cast_and_bad_arguments_say_why():
     a = flame.tensor(_x(4, 4)).double()
     with flame.autocast(dtype=flame.bf16):
         assert (a @ a).dtype == flame.f64 and a.exp().dtype == flame.f64
-    with pytest.raises(flame.DTypeError, match="float16 or bfloat16"):
-        flame.autocast(dtype=flame.f32)
+    with pytest.raises(flame.DTypeError, match="floating dtype"):
+        flame.autocast(dtype=flame.int32)
     with pytest.raises(ValueError, match="device_type"):
         flame.autocast("tpu")
     assert flame.autocast("cpu").fast_dtype == flame.bf16 and flame.autocast().fast_dtype == flame.f16
@@ -261,3 +261,33 @@ def test_autocast_state_queries_at_the_top_level_as_torch():
         flame.is_autocast_enabled("tpu")
     with pytest.raises(ValueError, match="unsupported device_type 'tpu'"):
         flame.get_autocast_dtype("tpu")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cpu_autocast_of_an_unsupported_dtype_warns_and_turns_off_as_torch(dtype):
+    """torch's CPU autocast takes only bfloat16 / float16: another dtype warns and disables the region
+    (ops run as outside it), where it used to raise."""
+    seen = []
+    for lib in (torch, flame):
+        a = lib.tensor(_x(4, 4)).to(lib.bfloat16)
+        with pytest.warns(UserWarning, match="target dtype is not supported. Disabling autocast"):
+            ctx = lib.autocast("cpu", dtype=getattr(lib, dtype))
+        with ctx:
+            seen.append((lib.is_autocast_enabled("cpu"), str((a @ a).dtype).split(".")[-1],
+                         str(a.float().exp().dtype).split(".")[-1]))
+    assert seen[1] == (False, "bf16", "f32") and seen[0] == (False, "bfloat16", "float32")
+
+
+def test_cuda_autocast_in_float32_runs_lower_ops_in_float32():
+    """torch's CUDA autocast accepts a float32 fast dtype (nanoGPT's dtype='float32' on cuda): the region is
+    enabled and the "lower" ops cast their f16/bf16 inputs to float32; on f32 inputs the results are torch's
+    without autocast."""
+    x, w = _x(4, 8), _x(3, 8)
+    want = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w)).numpy()
+    with flame.autocast("cuda", dtype=flame.float32):
+        assert flame.is_autocast_enabled("cuda") and flame.get_autocast_dtype("cuda") == flame.f32
+        got = flame.nn.functional.linear(flame.tensor(x), flame.tensor(w))
+        half = flame.tensor(x).half()
+        assert (half @ half.T).dtype == flame.f32
+    assert got.dtype == flame.f32
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6)

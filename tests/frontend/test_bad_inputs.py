@@ -241,7 +241,7 @@ BAD_CALLS = {  # name: (call, expected class, must it be a FlameError, message f
     "layer_norm weight shape": (lambda: F.layer_norm(_w(2, 3), (3,), _w(4)), ValueError, OP, "weight"),
     "rms_norm normalized_shape": (lambda: F.rms_norm(_w(2, 3), (4,)), ValueError, OP, "normalized_shape"),
     "rms_norm weight shape": (lambda: F.rms_norm(_w(2, 3), (3,), _w(4)), ValueError, OP, "weight"),
-    "autocast dtype=float32": (lambda: flame.autocast(dtype=flame.float32), TypeError, OP, "dtype"),
+    "autocast dtype=int32": (lambda: flame.autocast(dtype=flame.int32), TypeError, OP, "dtype"),
     "autocast device_type 'tpu'": (lambda: flame.autocast("tpu"), ValueError, ARG, "device_type"),
     "checkpoint of a non-callable": (lambda: flame.utils.checkpoint(3, _w(2)), TypeError, ARG, "callable"),
     "cosine_similarity of two integer tensors": (
