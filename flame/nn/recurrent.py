@@ -76,9 +76,13 @@ class RNNBase(Module):
         if mode not in _GATES:
             raise ValueError(f"Unrecognized RNN mode: {mode}")
         self.mode, self.gates = mode, _GATES[mode]
-        if hidden_size < 1 or num_layers < 1:
-            raise ValueError(f"{type(self).__name__}: {'hidden_size' if hidden_size < 1 else 'num_layers'} must be "
-                             f"greater than zero, got {hidden_size if hidden_size < 1 else num_layers}")
+        for what, size in (("input_size", input_size), ("hidden_size", hidden_size)):
+            if not isinstance(size, int):
+                raise ArgumentTypeError(f"{type(self).__name__}: {what} should be of type int, got: "
+                                        f"{type(size).__name__}")
+        for what, size in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
+            if size < 1:
+                raise ValueError(f"{type(self).__name__}: {what} must be greater than zero, got {size}")
         if proj_size and self.gates != 4:
             raise ValueError(f"{type(self).__name__}: proj_size is only supported for LSTM")
         if not 0 <= proj_size < hidden_size:
@@ -165,6 +169,8 @@ class RNNBase(Module):
         """(output, h_n) ((output, (h_n, c_n)) for LSTM), as torch's; input [T, N, H_in] ([N, T, H_in] with
         batch_first, [T, H_in] unbatched) or a PackedSequence (then the output is one too, and each
         sequence's state stops at its length)."""
+        if self.mode == "LSTM" and isinstance(hx, list):
+            hx = tuple(hx)  # torch's LSTM reads hx[0] and hx[1]: a list (h_0, c_0) is taken as the tuple
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx)
         name = type(self).__name__
