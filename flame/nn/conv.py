@@ -146,9 +146,20 @@ class _ConvTranspose(_ConvNd):
     def forward(self, x: Tensor, output_size=None) -> Tensor:
         out_pad = self.output_padding
         if output_size is not None:  # PyTorch's choice of output_padding for a requested size
-            want = tuple(output_size)[-self.d:]
+            want = tuple(output_size)
+            lead = 2 if x.ndim == self.d + 2 else 1  # the batch and channel dimensions (channel alone unbatched)
+            if len(want) == lead + self.d:
+                want = want[lead:]
+            if len(want) != self.d:
+                raise ShapeError(f"ConvTranspose{self.d}D: for {x.ndim}D input, output_size must have {self.d} "
+                                 f"or {lead + self.d} elements (got {len(want)})\n  at {user_location()}")
             least = [(n - 1) * s - 2 * p + dl * (k - 1) + 1 for n, s, p, dl, k in
                      zip(x.shape[-self.d:], self.stride, self.padding, self.dilation, self.kernel_size)]
+            most = [m + s - 1 for m, s in zip(least, self.stride)]
+            if any(not m <= w <= top for w, m, top in zip(want, least, most)):
+                raise ShapeError(f"{type(self).__name__}: requested an output size of {list(want)}, but valid sizes "
+                                 f"range from {least} to {most} (for an input of {list(x.shape[-self.d:])})"
+                                 f"\n  at {user_location()}")
             out_pad = tuple(w - m for w, m in zip(want, least))
         return C._conv_transpose(self.d, x, self.weight, self.bias, self.stride, self.padding, out_pad,
                                  self.groups, self.dilation)
