@@ -702,6 +702,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     new = ((schedule == "new" or long_mixed or (schedule == "auto" and (not columns and _plain(lays) or column_only
                                                                         and _plain(lays, broadcasts=True))))
            and _walks_rows(lays))
+    held_config = config
     if new and long_mixed:
         config = replace(config, row_regs=config.columns_row_regs)
 
@@ -724,6 +725,9 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     else:
         G = config.split_threads if split else 1024 if dynamic_row else _threads(R)
         parts = make(G)
+    if new and long_mixed and not all(p.cached for p in parts):  # measured with the rows in registers only:
+        new, config = False, held_config  # rows streamed on the new schedule keep the old one (make reads both)
+        G, parts = _threads(R), make(_threads(R))
     block = _block(G, M, R, columns, row_totals=not column_only)
     for p in parts:
         p.block = block
