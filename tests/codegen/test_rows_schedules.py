@@ -152,8 +152,9 @@ def test_default_schedule_is_auto_and_env_selects(monkeypatch):
     (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 1024))[0])
     assert "new schedule" in lower(grp)[0].source  # ... but over rows of Config.columns_new_min or more: new
     assert "new schedule" not in lower(grp, Config(columns_new_min=1025))[0].source
-    (grp,) = _rows_groups(layer_norm_fwd_bwd((256, 8192), "f32")[0])
-    assert "new schedule" not in lower(grp)[0].source  # ... held in registers: streamed rows keep the old one
+    (grp,) = _rows_groups(layer_norm_fwd_bwd((528, 8192), "f32")[0])
+    assert "(streamed" in lower(grp, NEW)[0].source  # ... where it holds the rows in registers: rows it
+    assert "new schedule" not in lower(grp)[0].source  # would stream keep the old schedule
     (grp,) = _rows_groups(_reshaped_swiglu_amax())
     assert "new schedule" in lower(grp)[0].source  # reshapes addressed as the row domain: new
     (grp,) = _rows_groups(_channel_sums())
