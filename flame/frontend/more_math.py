@@ -164,17 +164,21 @@ def vdot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
 
 def diff(input: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None,  # noqa: A002
          append: Tensor | None = None) -> Tensor:
-    """The n-th forward difference along dim (x[i + 1] - x[i]), after prepending / appending values."""
+    """The n-th forward difference along dim (x[i + 1] - x[i]), after prepending / appending values: tensors
+    of input's number of dims, concatenated in their promoted dtype, as torch.cat does (so a float prepend
+    to an integer input gives float differences)."""
     x = as_tensor(input)
     if x.ndim == 0:
         raise ShapeError(f"diff expects input to be at least one-dimensional\n  at {user_location()}")
     if n < 0:
         raise ArgumentError(f"diff: order must be non-negative but got {n}, as in PyTorch\n  at {user_location()}")
     d = dim_index("diff", dim, x.ndim)
-    parts = [p for p in (prepend, x, append) if p is not None]
+    parts = [as_tensor(p) for p in (prepend, x, append) if p is not None]
     if len(parts) > 1:
-        x = cat([as_tensor(p).to(x.dtype) if as_tensor(p).ndim else as_tensor(p).to(x.dtype).expand(
-            *[1 if a == d else s for a, s in enumerate(x.shape)]) for p in parts], d)
+        if any(p.ndim != x.ndim for p in parts):
+            raise _err("diff expects prepend or append to be the same dimension as input")
+        dtype = result_type(*parts)
+        x = cat([p.to(dtype) for p in parts], d)
     for _ in range(n):
         length = x.shape[d]
         if length == 0:
