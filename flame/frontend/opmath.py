@@ -24,8 +24,9 @@ import functools
 
 import numpy as np
 
+from flame.errors import ArgumentTypeError
 from flame.frontend.autocast import policy
-from flame.frontend.context import current_trace, grad_enabled
+from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.default_dtype import as_floating
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import is_scalar, result_type
@@ -230,6 +231,21 @@ def with_derivative(x: Tensor, value: Tensor, d: Tensor) -> Tensor:
     computes from saved values. d is only read by the gradient (dead code where none is taken)."""
     return apply("straight_through", _cast(wide(x) * d.detach(), x.dtype), value)
 
+
+
+def var_correction(op: str, dim, unbiased, correction, keepdim: bool = False) -> tuple:
+    """(dim, correction) of var / std / var_mean / std_mean called as torch's: a bool where the dim goes is
+    the `unbiased` of torch's var(input, unbiased) form (over every element), which takes no other
+    argument; unbiased and correction are not given together; the correction defaults to 1 (Bessel's),
+    unbiased=False meaning 0."""
+    if isinstance(dim, (bool, np.bool_)):
+        if unbiased is not None or correction is not None or keepdim:
+            raise ArgumentTypeError(f"{op}(): a bool in place of dim is torch's unbiased argument of "
+                                    f"{op}(input, unbiased), which takes no other argument\n  at {user_location()}")
+        dim, unbiased = None, bool(dim)
+    if unbiased is not None and correction is not None:
+        raise ArgumentTypeError(f"{op}: give unbiased or correction, not both\n  at {user_location()}")
+    return dim, correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
 
 
 def _f32_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:

@@ -431,9 +431,7 @@ class TensorCore:
     def var(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The variance over dim (all by default) with torch's signature: the squared deviations' sum over
         n - correction (default 1, Bessel's correction; unbiased=False means 0)."""
-        if unbiased is not None and correction is not None:
-            raise TypeError("var: give unbiased or correction, not both")
-        c = correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
+        dim, c = opmath.var_correction("var", dim, unbiased, correction, keepdim)
         axes = reduce_axes(dim, self.ndim, "var")
         n = int(np.prod([self.shape[a] for a in axes]))
         if n <= c:
@@ -447,13 +445,13 @@ class TensorCore:
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The square root of var (same arguments); where the deviation is zero the gradient is zero, as
         torch's (sqrt's infinite derivative there is not taken)."""
+        dim, c = opmath.var_correction("std", dim, unbiased, correction, keepdim)
         if self.dtype in (f16, bf16):
-            c = correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
             axes = reduce_axes(dim, self.ndim, "std")
             n = int(np.prod([self.shape[a] for a in axes]))
             if n > c:
                 return opmath.rounded_std(self, axes, keepdim, n - c)
-        v = self.var(dim, unbiased, keepdim, correction=correction)
+        v = self.var(dim, keepdim=keepdim, correction=c)
         zero = v == 0
         return where(zero, 0.0, where(zero, 1.0, v).sqrt())
 

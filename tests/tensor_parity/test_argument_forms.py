@@ -1,6 +1,7 @@
 """Argument forms of reductions and differences against torch: diff's prepend / append of another dtype
-(concatenated in the promoted dtype, as torch.cat) or another number of dims (torch's RuntimeError),
-eagerly and inside @flame.compile."""
+(concatenated in the promoted dtype, as torch.cat) or another number of dims (torch's RuntimeError);
+var / std / var_mean / std_mean with a bool where the dim goes (torch's var(input, unbiased) form, which
+takes no other argument: TypeError); eagerly and inside @flame.compile."""
 
 import numpy as np
 import pytest
@@ -29,3 +30,24 @@ DIFF = {
 def test_diff_concatenates_in_the_promoted_dtype(name, compiled):
     f, *args = DIFF[name]
     check(f, *args, compiled=compiled)
+
+
+UNBIASED = {
+    "var(unbiased=False)": (lambda L, x: x.var(False), F),
+    "var(unbiased=True) of a 1-D tensor": (lambda L, x: L.var(x[0], True), F),
+    "std(unbiased=False)": (lambda L, x: L.std(x, False), F),
+    "std(unbiased=True) of f16": (lambda L, x: x.std(True), F.astype(np.float16)),
+    "var_mean(unbiased=False)": (lambda L, x: L.var_mean(x, False), F),
+    "std_mean(unbiased=True)": (lambda L, x: L.std_mean(x, True), F),
+    "var(dim, unbiased, keepdim)": (lambda L, x: x.var(0, False, True), F),
+    "var(bool, keepdim=True) refused": (lambda L, x: x.var(False, keepdim=True), F),
+    "std(bool, correction=0) refused": (lambda L, x: L.std(x, True, correction=0), F),
+    "var_mean(bool, keepdim=True) refused": (lambda L, x: L.var_mean(x, True, keepdim=True), F),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", list(UNBIASED))
+def test_a_bool_in_place_of_dim_is_unbiased(name, compiled):
+    f, *args = UNBIASED[name]
+    check(f, *args, compiled=compiled, error=TypeError if "refused" in name else None)
