@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+from flame.errors import ArgumentError, ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import arange, as_tensor, zeros
@@ -335,19 +335,21 @@ def _quantile(input: Tensor, q, dim: int | None, keepdim: bool, interpolation: s
     values, as torch's (sort, gather and lerp)."""
     x = as_tensor(input)
     if interpolation not in _INTERPOLATIONS:
-        raise ValueError(f"{_name}() interpolation must be one of {', '.join(_INTERPOLATIONS)}, got "
-                         f"{interpolation!r}")
-    if not x.dtype.is_float:
-        raise DTypeError(f"{_name}() input tensor must be either float or double dtype, got {x.dtype.name}"
+        raise ArgumentRangeError(f"quantile() interpolation must be one of linear, lower, higher, midpoint or "
+                                 f"nearest, but got {interpolation}\n  at {user_location()}")
+    if x.dtype.name not in ("f32", "f64"):  # torch's kernels: f16 and bf16 are refused too
+        raise DTypeError(f"quantile() input tensor must be either float or double dtype, got {x.dtype.name}"
                          f"\n  at {user_location()}")
+    if not isinstance(q, Tensor) and not 0 <= float(q) <= 1:  # (NaN too)
+        raise ArgumentRangeError(f"quantile() q must be in the range [0, 1] but got {q}\n  at {user_location()}")
     qs = q if isinstance(q, Tensor) else as_tensor(float(q), dtype=x.dtype)  # the number in x's dtype, as torch
     if qs.dtype != x.dtype:
         raise DTypeError(f"{_name}() q tensor must be same dtype as the input tensor ({x.dtype.name}), got "
                          f"{qs.dtype.name}\n  at {user_location()}")
     if qs.ndim > 1:
         raise _err(f"{_name}() q must be a scalar or 1D tensor, got {list(qs.shape)}")
-    if qs._value is None and qs.numel() and ((qs.numpy() < 0).any() or (qs.numpy() > 1).any()):
-        raise ValueError(f"{_name}() q values must be in the range [0, 1]\n  at {user_location()}")
+    if qs._value is None and qs.numel() and not ((qs.numpy() >= 0) & (qs.numpy() <= 1)).all():  # (NaN too)
+        raise ArgumentRangeError(f"quantile() q values must be in the range [0, 1]\n  at {user_location()}")
     if not x.numel():
         raise _err(f"{_name}() input tensor must be non-empty")
     if x.ndim == 0 and dim is not None:  # a 0-d input's one dim (0 or -1) is all of it, keepdim or not

@@ -1,7 +1,8 @@
 """quantile and nanquantile (flame.* and Tensor.*) against torch in f64: every interpolation, q as a
 number, a 0-d and a 1-D tensor, over every element or a dim, with keepdim, lines holding NaN (quantile:
 NaN; nanquantile: the other values, NaN where there are none); values and gradients, eagerly and
-inside @flame.compile; torch's errors."""
+inside @flame.compile; torch's errors, of torch's exception type (a q outside [0, 1] or NaN, an unknown
+interpolation, an f16 / bf16 input: RuntimeError)."""
 
 import numpy as np
 import pytest
@@ -68,6 +69,28 @@ def test_refuses_what_torch_refuses(call):
         call(torch)
     with pytest.raises((flame.FlameError, ValueError)):
         call(flame)
+
+
+REFUSED = {
+    "q above 1": lambda L, x: L.quantile(x, 1.5),
+    "q below 0": lambda L, x: L.nanquantile(x, -0.25, dim=0),
+    "q NaN": lambda L, x: L.quantile(x, float("nan")),
+    "unknown interpolation": lambda L, x: L.quantile(x, 0.5, interpolation="cubic"),
+    "f16 input": lambda L, x: L.quantile(x.half(), 0.5),
+    "bf16 input": lambda L, x: x.bfloat16().nanquantile(0.5, dim=1),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_refuses_with_torchs_exception_type(name, compiled):
+    check(REFUSED[name], X, compiled=compiled, error=RuntimeError)
+
+
+@pytest.mark.parametrize("name", ["q above 1", "q NaN"])
+def test_refuses_a_tensor_q_outside_the_range(name):
+    q = np.array([0.5, 1.5 if name == "q above 1" else np.nan])
+    check(lambda L, x, q: L.quantile(x, q, dim=1), X, q, compiled=False, error=RuntimeError)
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
