@@ -758,6 +758,8 @@ def cov(input: Tensor, *, correction: int = 1, fweights: Tensor | None = None,  
             norm = 0
     else:
         w_sum = w.sum()
+        if w_sum._value is None and float(w_sum) == 0:  # (known only eagerly, as the signs of the weights)
+            raise ArgumentRangeError(f"cov(): weights sum to zero, can't be normalized\n  at {user_location()}")
         norm = w_sum - (correction if aweights is None or correction == 0
                         else correction * (w * aweights.reshape(-1)).sum() / w_sum)
         if norm._value is None and float(norm) <= 0:
@@ -785,7 +787,7 @@ def _cov_weights(name: str, weights, n: int, integral: bool) -> Tensor:
                          f"but got {weights.numel()} != {n}\n  at {user_location()}")
     negative = (weights < 0).any()  # (known only eagerly: inside @flame.compile a traced value)
     if negative._value is None and bool(negative):
-        raise ArgumentError(f"cov(): {name} cannot be negative\n  at {user_location()}")
+        raise ArgumentRangeError(f"cov(): {name} cannot be negative\n  at {user_location()}")
     return weights.reshape(-1)
 
 

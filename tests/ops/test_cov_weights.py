@@ -1,6 +1,7 @@
 """flame.cov with fweights / aweights and correction against torch.cov in f64: values and the gradients of
 the input and of aweights, eagerly and inside @flame.compile; torch's checks of the weights, its 0-d
-result for one variable and its normaliser of 0 (with a warning) when the degrees of freedom run out."""
+result for one variable and its normaliser of 0 (with a warning) when the degrees of freedom run out;
+weights summing to zero raise, as torch's (eagerly: inside @flame.compile they are not known)."""
 
 import warnings
 
@@ -78,10 +79,16 @@ def test_one_variable_is_0_d_and_no_degrees_of_freedom_divide_by_0():
     (dict(aweights=np.array([1] * 6)), flame.DTypeError, "floating point"),
     (dict(fweights=np.array([[1] * 6])), flame.ShapeError, "one or fewer"),
     (dict(fweights=np.array([1] * 5)), flame.ShapeError, "same numel"),
-    (dict(fweights=np.array([1, -1, 1, 1, 1, 1])), flame.ArgumentError, "cannot be negative"),
-    (dict(aweights=np.array([1.0, -1, 1, 1, 1, 1])), flame.ArgumentError, "cannot be negative"),
+    (dict(fweights=np.array([1, -1, 1, 1, 1, 1])), flame.ArgumentRangeError, "cannot be negative"),
+    (dict(aweights=np.array([1.0, -1, 1, 1, 1, 1])), flame.ArgumentRangeError, "cannot be negative"),
+    (dict(fweights=np.zeros(6, np.int64)), flame.ArgumentRangeError, "weights sum to zero"),
+    (dict(aweights=np.zeros(6)), flame.ArgumentRangeError, "weights sum to zero"),
+    (dict(fweights=np.array([0, 1, 0, 0, 0, 0]), aweights=np.array([1.0, 0, 1, 1, 1, 1])), flame.ArgumentRangeError,
+     "weights sum to zero"),
 ])
 def test_bad_weights_raise_as_torch(kw, error, match):
+    """Of torch's exception type (a RuntimeError; flame's error subclasses it), with its message."""
+    assert issubclass(error, RuntimeError)
     with pytest.raises(RuntimeError, match=match):
         torch.cov(torch.tensor(X), **{k: torch.tensor(v) for k, v in kw.items()})
     with pytest.raises(error, match=match):
