@@ -11,10 +11,10 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ArgumentError, DTypeError, ShapeError, TraceError
+from flame.errors import ArgumentError, DimError, DTypeError, ShapeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.creation import linspace, ones, zeros
-from flame.frontend.tensor import Tensor
+from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import full, where
 from flame.ir.dtypes import i64
 
@@ -28,6 +28,21 @@ def _values(name: str, t: Tensor, instead: str) -> np.ndarray:
         raise TraceError(f"{name}: its result's shape depends on the values, which are not known while tracing "
                          f"@flame.compile; {instead}\n  at {user_location()}")
     return np.asarray(t.numpy())
+
+
+def _slice_axis(name: str, x: np.ndarray, dim: int | None) -> int | None:
+    """The axis unique / unique_consecutive compare slices along, as torch checks it: a dim in range (a 0-d
+    tensor has none: IndexError), and no other dim of size 0 (RuntimeError: there is no slice to
+    compare, where NumPy would call every one equal)."""
+    if dim is None:
+        return None
+    if x.ndim == 0:
+        raise DimError(f"{name}: Dimension specified as {dim} but tensor has no dimensions\n  at {user_location()}")
+    axis = dim_index(name, dim, x.ndim)
+    if any(n == 0 for a, n in enumerate(x.shape) if a != axis):
+        raise ShapeError(f"{name}: There are 0 sized dimensions, and they aren't selected, so unique cannot be "
+                         f"applied (shape {list(x.shape)}, dim {dim})\n  at {user_location()}")
+    return axis
 
 
 def nonzero(input: Tensor, *, as_tuple: bool = False):  # noqa: A002
@@ -56,9 +71,7 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
     distinct slices along it; return_inverse: where each element (slice) went, in the input's shape
     (along dim: one per slice); return_counts: how often each occurs."""
     x = _values("unique", input, "its output size depends on the data")
-    axis = None if dim is None else (dim % x.ndim if x.ndim else 0)
-    if axis is not None and x.ndim == 0:
-        raise ShapeError(f"unique: dim {dim} is out of range for a 0-d tensor\n  at {user_location()}")
+    axis = _slice_axis("unique", x, dim)
     # torch: every NaN is a value of its own
     values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True, axis=axis,
                                         **({"equal_nan": False} if axis is None else {}))
@@ -77,12 +90,7 @@ def unique_consecutive(input: Tensor, return_inverse: bool = False, return_count
     torch.unique_consecutive (a NaN equals nothing, -0.0 equals 0.0); return_inverse: each element's
     (slice's) run, in the input's shape (along dim: one per slice); return_counts: each run's length."""
     x = _values("unique_consecutive", input, "its output size depends on the data")
-    if dim is not None and x.ndim == 0:
-        raise ShapeError(f"unique_consecutive: dim {dim} is out of range for a 0-d tensor\n  at {user_location()}")
-    if dim is not None and not -x.ndim <= dim < x.ndim:
-        raise ShapeError(f"unique_consecutive: dim {dim} is out of range for {x.ndim} dimensions"
-                         f"\n  at {user_location()}")
-    axis = 0 if dim is None else dim % x.ndim
+    axis = _slice_axis("unique_consecutive", x, dim) or 0
     n = x.size if dim is None else x.shape[axis]
     lines = np.moveaxis(x.reshape(-1) if dim is None else x, axis, 0).reshape(n, x.size // max(n, 1))
     starts = np.ones(lines.shape[0], bool)

@@ -1,7 +1,8 @@
 """unique_consecutive (flame.* and Tensor.*) against torch: runs of equal values or slices along a dim,
 return_inverse and return_counts, NaN (each its own run), -0.0 beside 0.0, 0-d and empty inputs, integer
 and bool dtypes; eager only (its output size depends on the values), so inside @flame.compile it raises
-a TraceError; torch's errors."""
+a TraceError; torch's errors, for unique(dim=) too: a dim out of range (IndexError, never wrapped onto
+another dim) and another dim of size 0 (RuntimeError)."""
 
 import numpy as np
 import pytest
@@ -45,3 +46,20 @@ def test_a_dim_out_of_range_raises():
             torch.unique_consecutive(torch.tensor(x), dim=2)
         with pytest.raises(flame.FlameError):
             flame.unique_consecutive(flame.tensor(x), dim=2)
+
+
+SLICE_ERRORS = {
+    "dim 2 of a 2-D tensor": (np.array([[1.0, 2.0], [1.0, 2.0]]), 2, IndexError),
+    "dim -3 of a 2-D tensor": (np.array([[1.0, 2.0], [1.0, 2.0]]), -3, IndexError),
+    "dim 0 of a 0-d tensor": (np.array(2.0), 0, IndexError),
+    "dim 0 beside a dim of size 0": (np.zeros((3, 0)), 0, RuntimeError),
+    "dim 1 beside a dim of size 0": (np.zeros((0, 3)), -1, RuntimeError),
+}
+
+
+@pytest.mark.parametrize("name", ["unique", "unique_consecutive"])
+@pytest.mark.parametrize("case", list(SLICE_ERRORS))
+def test_slices_along_a_dim_raise_as_torch(name, case):
+    x, dim, theirs = SLICE_ERRORS[case]
+    check(lambda L, t: getattr(L, name)(t, dim=dim, return_inverse=True, return_counts=True), x, compiled=False,
+          error=theirs)
