@@ -20,7 +20,6 @@ class Transform:
     bijective = False
     domain = constraints.real
     codomain = constraints.real
-    sign = 1
 
     def __init__(self, cache_size: int = 0) -> None:
         if cache_size not in (0, 1):
@@ -40,6 +39,13 @@ class Transform:
     def inv(self) -> Transform:
         """The inverse transform."""
         return _InverseTransform(self)
+
+    @property
+    def sign(self):
+        """The sign (+1 or -1) of the derivative of a monotone transform; a transform that is not one (abs,
+        softmax, stick-breaking, a reshape...) has none and raises NotImplementedError, as torch's, so the
+        cdf and icdf of a distribution through it refuse instead of reading the base's."""
+        raise NotImplementedError
 
     def with_cache(self, cache_size: int = 1) -> Transform:
         """This transform with the given cache_size (itself where it has it already)."""

@@ -294,3 +294,45 @@ def test_cached_transforms_return_the_draw_as_torchs():
         assert not bool(uncached.log_prob(a).isfinite().all())
     with pytest.raises(ValueError, match="cache_size must be 0 or 1"):
         FD.transforms.ExpTransform(cache_size=2)
+
+
+SIGNS = {  # every transform; a sign only where torch's has one
+    "exp": lambda T, W: T.ExpTransform(),
+    "abs": lambda T, W: T.AbsTransform(),
+    "sigmoid_inv": lambda T, W: T.SigmoidTransform().inv,
+    "affine_negative": lambda T, W: T.AffineTransform(0.0, -2.0),
+    "power": lambda T, W: T.PowerTransform(W([2.0, -1.0])),
+    "softmax": lambda T, W: T.SoftmaxTransform(),
+    "stick_breaking": lambda T, W: T.StickBreakingTransform(),
+    "lower_cholesky": lambda T, W: T.LowerCholeskyTransform(),
+    "reshape": lambda T, W: T.ReshapeTransform((2,), (2, 1)),
+    "independent_abs": lambda T, W: T.IndependentTransform(T.AbsTransform(), 1),
+    "compose_exp_abs": lambda T, W: T.ComposeTransform([T.ExpTransform(), T.AbsTransform()]),
+    "cat": lambda T, W: T.CatTransform([T.ExpTransform(), T.ExpTransform()], lengths=[1, 1]),
+    "stack": lambda T, W: T.StackTransform([T.ExpTransform(), T.ExpTransform()]),
+    "corr_cholesky": lambda T, W: T.CorrCholeskyTransform(),
+}
+
+
+@pytest.mark.parametrize("case", list(SIGNS))
+def test_sign_is_torchs_and_only_where_torch_has_one(case):
+    tt = SIGNS[case](TD.transforms, lambda x: torch.tensor(x, dtype=torch.float64))
+    ft = SIGNS[case](FD.transforms, lambda x: flame.tensor(x, dtype=flame.f64))
+    try:
+        want = tt.sign
+    except NotImplementedError:
+        with pytest.raises(NotImplementedError):
+            ft.sign  # noqa: B018
+        return
+    got = ft.sign
+    np.testing.assert_array_equal(np.asarray(got.numpy() if hasattr(got, "numpy") else got), np.asarray(want))
+
+
+def test_cdf_through_a_transform_without_a_sign_raises_as_torchs():
+    """A folded Normal (|x| of a Normal) has no monotone map to its base: its cdf is not the base's cdf at
+    |y|, so torch raises NotImplementedError for cdf and icdf rather than return that."""
+    for method in ("cdf", "icdf"):
+        for lib, mk in ((TD, torch.tensor), (FD, flame.tensor)):
+            d = lib.TransformedDistribution(lib.Normal(mk([0.5]), mk([1.0])), [lib.transforms.AbsTransform()])
+            with pytest.raises(NotImplementedError):
+                getattr(d, method)(mk([0.3]))
