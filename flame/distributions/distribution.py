@@ -161,7 +161,7 @@ class Distribution:
 
     def _validate_sample(self, value) -> None:
         """Check that value's rightmost dims broadcast with batch_shape + event_shape and that it lies
-        in the support (torch's ValueErrors)."""
+        in the support (torch's ValueErrors); a distribution without a support warns instead."""
         if not isinstance(value, Tensor):
             raise ValueError("The value argument to log_prob must be a Tensor")
         start = value.ndim - len(self._event_shape)
@@ -173,7 +173,15 @@ class Distribution:
         for i, j in zip(reversed(actual), reversed(expected)):
             if i != 1 and j != 1 and i != j:
                 raise ValueError(f"Value is not broadcastable with batch_shape+event_shape: {actual} vs {expected}.")
-        support = self.support
+        try:
+            support = self.support
+        except NotImplementedError:  # a user's subclass without a support: warned and not checked, as torch's
+            warnings.warn(
+                f"{self.__class__} does not define `support` to enable sample validation. Please initialize "
+                f"the distribution with `validate_args=False` to turn off validation.",
+                stacklevel=3,
+            )
+            return
         if not _all_true(support.check(value)):
             raise ValueError(
                 f"Expected value argument ({type(value).__name__} of shape {tuple(value.shape)}) to be "

@@ -216,3 +216,29 @@ def test_values_computed_from_the_arguments_are_not_checked_inside_compile():
     )
     np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-12, equal_nan=True)
     assert np.isnan(out.numpy()[1])
+
+
+def test_a_subclass_without_a_support_warns_and_skips_the_value_check_as_torch():
+    """A user's Distribution that defines no support: validating a value warns torch's UserWarning and
+    goes on (log_prob runs) rather than raising NotImplementedError."""
+    results = []
+    for lib, t in ((TD, torch), (FD, flame)):
+
+        class Scaled(lib.Distribution):
+            arg_constraints = {}
+
+            def __init__(self, x):
+                self.x = x
+                super().__init__(tuple(x.shape), validate_args=True)
+
+            def log_prob(self, value):
+                self._validate_sample(value)
+                return value * self.x
+
+        with pytest.warns(UserWarning) as record:
+            out = Scaled(t.tensor([1.0, 2.0])).log_prob(t.tensor([3.0, 4.0]))
+        results.append((out.numpy(), [str(w.message) for w in record]))
+    (want, want_messages), (got, got_messages) = results
+    np.testing.assert_array_equal(got, want)
+    assert got_messages == want_messages
+    assert "does not define `support` to enable sample validation" in got_messages[0]
