@@ -7,6 +7,7 @@ from flame.distributions import constraints
 from flame.distributions.distribution import Distribution
 from flame.distributions.utils import finfo_min, lazy_property, logits_to_probs, probs_to_logits
 from flame.frontend.losses import one_hot as _one_hot
+from flame.ir.dtypes import boolean, i64
 
 __all__ = ["Categorical", "OneHotCategorical", "OneHotCategoricalStraightThrough"]
 
@@ -177,9 +178,11 @@ class OneHotCategorical(Distribution):
         return _one_hot(indices, self._categorical._num_events).to(self._categorical.probs.dtype)
 
     def log_prob(self, value):
-        """The log-probability of the category value's one is at."""
+        """The log-probability of the category value's one is at (a bool one-hot value too, as torch's)."""
         if self._validate_args:
             self._validate_sample(value)
+        if value.dtype == boolean:
+            value = value.to(i64)
         return self._categorical.log_prob(value.argmax(-1))
 
     def entropy(self):

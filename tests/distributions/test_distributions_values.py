@@ -292,3 +292,18 @@ def test_tanh_as_documented_composition_matches_torchs_tanh_transform():
     got.sum().backward()
     want.sum().backward()
     np.testing.assert_allclose(floc.grad.numpy(), tloc.grad.numpy(), rtol=1e-9)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_one_hot_log_prob_takes_bool_values_as_torch(compiled):
+    """A one-hot value given as a bool tensor (one_hot(...).bool(), a mask) is scored as its 0/1 float."""
+    p, idx = probs(np.random.default_rng(2), 3, 4), np.array([0, 3, 1])
+    value = np.eye(4, dtype=bool)[idx]
+    want = TD.OneHotCategorical(torch.tensor(p)).log_prob(torch.tensor(value))
+
+    def log_prob(probs_, value_):
+        return FD.OneHotCategorical(probs_).log_prob(value_)
+
+    run = flame.compile(log_prob) if compiled else log_prob
+    got = run(flame.tensor(p), flame.tensor(value))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
