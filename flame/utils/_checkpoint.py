@@ -77,8 +77,8 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
     the results it hands back (those read outside the region) are kept, as in PyTorch. Random draws
     inside the region repeat exactly (they are counter-based), so preserve_rng_state holds by
     construction. Eagerly the result and the gradients are the same; eager
-    backward() recomputes the whole forward graph anyway. use_reentrant=True is torch's reentrant
-    variant: keyword arguments for the function, context_fn and debug are ValueErrors, and when no tensor
+    backward() recomputes the whole forward graph anyway. use_reentrant=True (torch's default when it
+    is not given, with torch's warning) is torch's reentrant variant: keyword arguments for the function, context_fn and debug are ValueErrors, and when no tensor
     argument requires grad the result records no gradient (torch's warning; the parameters the function
     reads get none). context_fn, determinism_check and debug are otherwise accepted and ignored.
 
@@ -87,6 +87,12 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
     rest; checkpoint_policies.save_only_these_names("a", ...) keeps the values tagged with those names
     (`flame.tag(x, "a")`). Kept results print as `checkpoint N saved`; gradients are the same either way."""
     chosen = _policy(policy)
+    if use_reentrant is None:  # torch's default: its warning, then the reentrant variant
+        warnings.warn("flame.utils.checkpoint: the use_reentrant parameter should be passed explicitly. Without "
+                      "it the reentrant variant runs, as torch's does; use_reentrant=False is recommended (the "
+                      "reentrant one gives the parameters no gradient when no tensor argument requires grad)",
+                      UserWarning, stacklevel=2)
+        use_reentrant = True
     if use_reentrant and not _reentrant_records(args, kwargs, context_fn, debug):
         with no_grad():  # torch's reentrant checkpoint is a Function of its tensor arguments alone
             return function(*args)

@@ -1,4 +1,5 @@
-"""flame.utils.checkpoint(use_reentrant=True) against torch.utils.checkpoint's reentrant variant: a call
+"""flame.utils.checkpoint(use_reentrant=True, also the default, as torch's) against torch.utils.checkpoint's
+reentrant variant: a call
 whose tensor arguments require no grad records no gradient (torch's warning; the parameters the function
 reads get no .grad), eagerly and inside @flame.compile; one whose argument requires grad trains as
 use_reentrant=False does; keyword arguments for the function, context_fn and debug are ValueErrors."""
@@ -45,7 +46,7 @@ def _grads(lib, reentrant, chained, compiled=False):
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("chained", [False, True], ids=["on_data", "on_activation"])
-@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non_reentrant"])
+@pytest.mark.parametrize("reentrant", [True, False, None], ids=["reentrant", "non_reentrant", "default"])
 def test_parameters_get_gradients_as_torch(reentrant, chained, compiled):
     (got, said), (want, warned) = _grads(flame, reentrant, chained, compiled), _grads(torch, reentrant, chained)
     assert [g is None for g in got] == [w is None for w in want]
@@ -63,3 +64,13 @@ def test_reentrant_refuses_what_torch_refuses(lib, extra):
     match = "Unexpected keyword arguments: k" if "k" in extra else "only supported when use_reentrant=False"
     with pytest.raises(ValueError, match=match):
         cp(lambda a, k=1.0: a * k, x, use_reentrant=True, **extra)
+
+
+@pytest.mark.parametrize("lib", [flame, torch], ids=["flame", "torch"])
+def test_use_reentrant_not_given_warns_as_torch(lib):
+    """Without use_reentrant, torch's checkpoint warns that it should be passed and runs the reentrant
+    variant; flame's does the same (the default used to be the non-reentrant one, silently)."""
+    cp = torch.utils.checkpoint.checkpoint if lib is torch else flame.utils.checkpoint.checkpoint
+    with pytest.warns(UserWarning, match="use_reentrant parameter should be passed explicitly"):
+        y = cp(lambda a: a * 2, lib.ones(2, requires_grad=True))
+    assert y.requires_grad

@@ -34,9 +34,9 @@ def _step(model, mode="plain", dropout=0.0):
     def step(x):
         h = x
         for i in range(LAYERS):
-            h = checkpoint(_layer(model, i), h) if mode == "ckpt" else _layer(model, i)(h)
+            h = checkpoint(_layer(model, i), h, use_reentrant=False) if mode == "ckpt" else _layer(model, i)(h)
             if dropout:
-                h = checkpoint(F.dropout, h, dropout) if mode == "ckpt" else F.dropout(h, dropout)
+                h = checkpoint(F.dropout, h, dropout, use_reentrant=False) if mode == "ckpt" else F.dropout(h, dropout)
         loss = (h * h).mean()
         loss.backward()
         return loss

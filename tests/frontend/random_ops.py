@@ -77,7 +77,7 @@ def _checkpoint(lib, *xs, policy: str, tags: tuple, saves: tuple, body: Body):
         "save_matmuls": "save_matmuls",
         "names": flame.utils.checkpoint_policies.save_only_these_names(*saves),
     }[policy]
-    return flame.utils.checkpoint(region, *xs, policy=chosen)
+    return flame.utils.checkpoint(region, *xs, policy=chosen, use_reentrant=False)
 
 
 def checkpoint_family(g) -> int | None:
