@@ -223,6 +223,8 @@ def getitem(t, key):
         advanced = [(axis - sum(d < axis for d in drop), k) for axis, k in advanced]
     if advanced:
         return _advanced(out, advanced)
+    if flips:  # a copy read in reverse (torch refuses the step): a write into it would not reach t
+        return mark_strided_copy(out, "a slice with a negative step")
     # a traced 0-d index tensor selects a copy where torch's select is a view: a write into it is refused
     return mark_strided_copy(out, "x[i] with a 0-d index tensor while tracing") if picks else out
 

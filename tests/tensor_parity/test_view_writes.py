@@ -5,6 +5,7 @@ views share storage; views of views, transposes, diagonals, selects and chunks a
 import numpy as np
 import pytest
 
+import flame
 from tests.tensor_parity.common import check
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -88,3 +89,32 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 def test_views_see_writes(name, compiled):
     check(CASES[name], X, compiled=compiled)
+
+
+NEGATIVE_STEP_WRITES = {
+    "add_": lambda v: v.add_(1),
+    "x[0] = 5": lambda v: v.__setitem__(0, 5.0),
+    "a view of it, fill_": lambda v: v[0].fill_(5),
+    "its transpose, copy_": lambda v: v.t().copy_(v.t() * 2),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("write", NEGATIVE_STEP_WRITES)
+def test_a_write_into_a_negative_step_slice_is_refused(write, compiled):
+    """torch refuses a negative step; flame reads one as NumPy's (docs/coming_from_pytorch.md), as a copy,
+    so a write into it (or a view of it), which could not reach the input, raises instead of being lost."""
+    import torch
+
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        NEGATIVE_STEP_WRITES[write](torch.zeros(3, 4)[:, ::-1])
+
+    def fn(x):
+        y = x * 1
+        NEGATIVE_STEP_WRITES[write](y[:, ::-2])
+        return y
+
+    x = flame.tensor(X)
+    with pytest.raises(flame.errors.ViewError, match="negative step"):
+        flame.compile(fn)(x) if compiled else fn(x)
+    np.testing.assert_array_equal(x.numpy(), X)
