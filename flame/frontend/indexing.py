@@ -276,7 +276,8 @@ def setitem(t, key, value) -> None:
     if overlapping(t) and not any(isinstance(_as_index(k), Tensor) for k in keys):
         # only the elements the key names, as torch's x[key].copy_(v): the others share their memory
         sub = getitem(t, key)
-        if fill:
+        if fill:  # torch's copy_ of the number: refused where the named elements share memory, as any copy_
+            check_writable(sub, "x[key] = value", fill=False)
             sub.fill_(value)
         elif not same_data(sub, _without_leading_ones(value).broadcast_to(sub.shape)):  # torch's copy_to
             sub.copy_(value)  # (its copy_ of a tensor onto its own memory writes nothing, and checks nothing)

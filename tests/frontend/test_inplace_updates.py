@@ -216,6 +216,40 @@ def test_a_write_into_an_expanded_view_is_refused_as_in_torch():
     np.testing.assert_array_equal(x.numpy(), np.zeros((1, 4), np.float32))
 
 
+# keys of x.expand(3, 4)[key] = 7: torch copies the number into x[key], refused where the elements it names
+# share memory (a dim of the expand kept), taken where they do not (a row picked)
+EXPANDED_KEYS = {
+    "[1:, 2]": (slice(1, None), 2),
+    "[:, 2]": (slice(None), 2),
+    "[...]": Ellipsis,
+    "[1:]": slice(1, None),
+    "[1]": 1,
+    "[2, ::2]": (2, slice(None, None, 2)),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("key", EXPANDED_KEYS)
+def test_a_number_assigned_into_expanded_elements_is_refused_as_in_torch(key, compiled):
+    def write(lib, x):
+        y = x * 1
+        y.expand(3, 4)[EXPANDED_KEYS[key]] = 7.0
+        return y
+
+    try:
+        want = write(torch, torch.zeros(1, 4)).numpy()
+    except RuntimeError as e:
+        assert "single memory location" in str(e)
+        want = None
+    x = flame.zeros(1, 4)
+    run = flame.compile(lambda x: write(flame, x)) if compiled else (lambda x: write(flame, x))
+    if want is None:
+        with pytest.raises(RuntimeError, match="x\\[key\\] = value: unsupported operation: more than one element"):
+            run(x)
+    else:
+        np.testing.assert_array_equal(run(x).numpy(), want)
+
+
 def test_copies_and_views_of_temporaries_take_writes():
     x = flame.zeros(3, 4)
     y = x[0].clone()
