@@ -303,9 +303,16 @@ class Replay:
 
 def _refuse_shared_writes(written: list[int], args: list) -> None:
     """A compiled function takes each argument as a buffer of its own: where it writes argument i in place
-    and another argument shares i's memory (the same tensor twice, views of one tensor), torch's reads of
-    the other after the write see it and the plan's may not, so the call raises instead."""
+    and another argument shares i's memory (the same tensor twice, views of one tensor), or i's own elements
+    share memory (an expanded tensor), torch's reads of the other elements after the write see it and the
+    plan's may not, so the call raises instead."""
     for i in written:
+        if views.overlapping(args[i]):  # its buffer holds each shared element once per place it appears
+            raise OverlapError(
+                f"argument {i} is an expanded tensor (some of its elements share one memory location) and the "
+                f"compiled function writes it in place: it takes the argument as a buffer of its own, so a write "
+                f"into some of those elements would not reach the others as torch's does; pass the tensor it "
+                f"expands (and expand it inside), or clone() it\n  at {user_location()}")
         for j, a in enumerate(args):
             if j != i and isinstance(a, Tensor) and a._data is not None and a.numel() and args[i].numel() and (
                     a is args[i] or views.shares(a._data, args[i]._data)):

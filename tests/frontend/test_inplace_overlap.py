@@ -239,3 +239,25 @@ def test_compiled_arguments_sharing_memory_with_a_written_one_are_refused(pair):
     a, b = flame.arange(1.0, 4.0), flame.arange(2.0, 5.0)
     np.testing.assert_array_equal(f(a, b).numpy(), [6.0, 9.0, 12.0])
     np.testing.assert_array_equal(a.numpy(), [2.0, 3.0, 4.0])
+
+
+def _write_a_row(e):
+    e[1] += 5
+
+
+def test_a_compiled_write_into_an_expanded_argument_is_refused():
+    """e = x.expand(3, 4) as an argument: torch's e[1] += 5 writes x, so every row of e sees it; the plan
+    takes e as a 3x4 buffer of its own, whose rows written back into x's one row left x unchanged (the
+    last row wins), so the call raises; the same function runs eagerly as torch's, and compiled on the
+    tensor before it is expanded."""
+    want = torch.arange(4.0)
+    _write_a_row(want.expand(3, 4))
+    x = flame.arange(4.0)
+    with pytest.raises(OverlapError, match="argument 0 is an expanded tensor"):
+        flame.compile(_write_a_row)(x.expand(3, 4))
+    np.testing.assert_array_equal(x.numpy(), np.arange(4.0))
+    _write_a_row(x.expand(3, 4))
+    np.testing.assert_array_equal(x.numpy(), want.numpy())
+    y = flame.arange(4.0)
+    flame.compile(lambda y: _write_a_row(y.expand(3, 4)))(y)
+    np.testing.assert_array_equal(y.numpy(), want.numpy())
