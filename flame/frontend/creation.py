@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import os
 from contextvars import ContextVar
 from typing import Any
@@ -15,6 +16,7 @@ from flame.frontend.context import made_like, no_grad, user_location
 from flame.frontend.default_dtype import float_dtype, get_default_dtype
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import fits
+from flame.frontend.random_ints import check_bounds, integers
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
 from flame.frontend.tensor_core import full as _full
 from flame.frontend.tensor_core import placed, where
@@ -355,20 +357,31 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Gene
         return tensor.copy_(randn(*tensor.shape, dtype=tensor.dtype, generator=generator) * std + mean)
 
 
-def randint(*args, size=None, dtype=i64, device=None, generator: Generator | None = None) -> Tensor:
-    """Integers drawn uniformly from [low, high): randint(high, size) or randint(low, high, size). Each is
-    floor(low + u * (high - low)) of a 24-bit uniform u: exactly uniform when high - low is a power of two
-    up to 2**24, within (high - low) / 2**24 of uniform otherwise."""
-    if size is None:
-        *bounds, size = args
-    else:
-        bounds = list(args)
-    low, high = (0, bounds[0]) if len(bounds) == 1 else tuple(bounds)
-    if high <= low:
-        raise ValueError(f"randint: low ({low}) must be less than high ({high})")
-    u = (generator or default_generator()).draw("random_uniform", _shape_arg((size,) if isinstance(size, int)
-                                                                             else tuple(size)), f64)
-    return placed(((u * float(high - low)).floor() + float(low)).to(dtype_of(dtype)), device, "randint")
+def randint(*args, low=None, high=None, size=None, dtype=i64, device=None, generator: Generator | None = None,
+            requires_grad: bool = False) -> Tensor:
+    """Integers drawn uniformly from [low, high) (random_ints.integers): randint(high, size) or
+    randint(low, high, size), positionally or by keyword as torch's, int64 unless dtype; low and high - 1
+    must be values of dtype (torch's RuntimeError otherwise)."""
+    args = list(args)
+    if size is None and args and not isinstance(args[-1], (int, np.integer)):
+        size = args.pop()
+    bounds = [*args, *(v for v in (high,) if v is not None)]
+    if low is not None:
+        bounds.insert(0, low)
+    if size is None or len(bounds) not in (1, 2):
+        raise ArgumentTypeError(f"randint() received an invalid combination of arguments: expected (high, size) or "
+                                f"(low, high, size), got {len(bounds)} bound(s) and size={size!r}\n"
+                                f"  at {user_location()}")
+    for name, v in zip(("low", "high") if len(bounds) == 2 else ("high",), bounds):
+        if isinstance(v, (float, np.floating)) or not hasattr(v, "__index__"):
+            raise ArgumentTypeError(f"randint(): argument '{name}' must be int, not {type(v).__name__}\n"
+                                    f"  at {user_location()}")
+    lo, hi = (0, operator.index(bounds[0])) if len(bounds) == 1 else tuple(operator.index(b) for b in bounds)
+    dt = dtype_of(dtype)
+    check_bounds(lo, hi, dt)
+    shape = _shape_arg((size,) if isinstance(size, (int, np.integer)) else tuple(size))
+    out = placed(integers(generator or default_generator(), shape, lo, hi, dt), device, "randint")
+    return out.requires_grad_(True) if requires_grad else out
 
 
 def randperm(n: int, *, generator: Generator | None = None, dtype=i64, layout=None, device=None,

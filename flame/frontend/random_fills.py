@@ -12,9 +12,10 @@ from flame.errors import ArgumentRangeError, ArgumentTypeError, DTypeError
 from flame.frontend.context import current_trace, made_like, no_grad, user_location
 from flame.frontend.creation import Generator, default_generator, multinomial, randint, randn
 from flame.frontend.default_dtype import get_default_dtype
+from flame.frontend.random_ints import check_bounds, dtype_bounds, integers
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import placed, where
-from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, f64
+from flame.ir.dtypes import dtype_of, f64
 
 __all__ = ["bernoulli", "normal", "poisson", "randint_like"]
 
@@ -146,28 +147,26 @@ def poisson(input: Tensor, generator: Generator | None = None) -> Tensor:  # noq
     return drawn.to(input.dtype)
 
 
-_DIGITS = {f64: 53, f32: 24, f16: 11, bf16: 8}
+_UNSET = object()  # random_'s `to` when not given (to=None given means up to the dtype's largest value)
 
 
 def _random_bounds(dtype, args, to) -> tuple[int, int]:
-    """random_'s [from, to): random_() the dtype's whole range (floats: the integers their mantissa holds),
-    random_(to), random_(from, to); torch's checks."""
-    if len(args) > 2 or (len(args) == 2 and to is not None):
+    """random_'s [from, to), as torch's overloads: random_() the dtype's whole range (floats: the integers
+    their significand holds, 0 .. 2**digits), random_(to), random_(from, to), and random_(from, None) from
+    `from` to the dtype's largest value; from and to - 1 checked against the dtype (random_ints)."""
+    if len(args) > 2 or (len(args) == 2 and to is not _UNSET):
         raise ArgumentTypeError(f"random_() takes at most from and to\n  at {user_location()}")
-    start, stop = (0, None) if not args else (args[0], to if len(args) == 1 else args[1])
-    if len(args) == 1 and to is None:
-        start, stop = 0, args[0]
-    if not args and to is not None:
-        stop = to
+    if len(args) == 2:
+        start, stop = args
+    elif len(args) == 1:
+        start, stop = (0, args[0]) if to is _UNSET else (args[0], to)
+    else:
+        start, stop = 0, (None if to is _UNSET else to)
     if stop is None:
-        if dtype.is_float:
-            stop = 2 ** _DIGITS[dtype] + 1
-        elif dtype == boolean:
-            stop = 2
-        else:
-            stop = 2 ** (8 * dtype.itemsize - 1)
-    _check(start < stop, f"random_ expects 'from' to be less than 'to', but got from={start} >= to={stop}")
-    return int(start), int(stop)
+        stop = dtype_bounds(dtype)[1] + 1
+    start, stop = int(start), int(stop)
+    check_bounds(start, stop, dtype)
+    return start, stop
 
 
 class TensorRandomFills:
@@ -210,8 +209,8 @@ class TensorRandomFills:
         _check(std > 0, f"log_normal_ expects std > 0.0, but found std={std}")
         return self._fill((randn(*self.shape, dtype=f64, generator=generator) * std + mean).exp())
 
-    def random_(self, *args, to=None, generator=None):
-        """self filled with integers uniform in [from, to): random_(), random_(to) or random_(from, to)."""
+    def random_(self, *args, to=_UNSET, generator=None):
+        """self filled with integers uniform in [from, to): random_(), random_(to), random_(from, to) or
+        random_(from, None) (_random_bounds)."""
         start, stop = _random_bounds(self.dtype, args, to)
-        drawn = (_uniform(self.shape, generator) * float(stop - start)).floor() + float(start)
-        return self._fill(drawn.clamp_max(math.nextafter(float(stop), -math.inf)))  # f64 rounding stays below to
+        return self._fill(integers(generator or default_generator(), tuple(self.shape), start, stop, self.dtype))
