@@ -20,7 +20,7 @@ from flame.frontend.random_ints import check_bounds, integers
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
 from flame.frontend.tensor_core import full as _full
 from flame.frontend.tensor_core import placed, where
-from flame.ir.dtypes import DType, bf16, dtype_of, f64, i64, u8
+from flame.ir.dtypes import DType, bf16, dtype_of, f32, f64, i64, u8
 from flame.ir.ops.creation import arange_len
 from flame.runtime import device as _device
 from flame.runtime.device import executor
@@ -309,8 +309,16 @@ def set_rng_state(new_state: Tensor) -> None:
 
 
 def rand(*shape, dtype=None, device=None, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
-    """Uniform numbers in [0, 1), in dtype or the default floating dtype."""
-    t = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), float_dtype(dtype))
+    """Uniform numbers in [0, 1), in dtype or the default floating dtype. A dtype narrower than f32 takes
+    as many of the stream's bits as its significand holds, so no draw rounds up to 1 (torch's values are
+    the multiples of 2**-digits below 1 too)."""
+    dt = float_dtype(dtype)
+    if dt.is_float and dt.itemsize < 4:
+        digits = np.finfo(dt.np_dtype).nmant + 1
+        u = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), f32)
+        t = ((u * float(2**digits)).floor() * float(2.0**-digits)).to(dt)
+    else:
+        t = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), dt)
     t = placed(t, device, "rand")
     return t.requires_grad_(requires_grad) if requires_grad else t
 
@@ -339,13 +347,17 @@ def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator |
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill tensor in place with U(a, b) (Tensor.uniform_, torch.nn.init.uniform_); a > b raises torch's
-    RuntimeError."""
+    """Fill tensor in place with U(a, b), values in [a, b) (Tensor.uniform_, torch.nn.init.uniform_); a > b
+    raises torch's RuntimeError."""
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
         raise ArgumentRangeError(f"uniform_ expects to return a [from, to) range, but found from={a:g} > to={b:g}\n"
                                  f"  at {user_location()}")
+    values = rand(*tensor.shape, dtype=tensor.dtype, generator=generator) * (b - a) + a
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and tensor.dtype.is_float and a < b:
+        top = np.asarray(b, tensor.dtype.np_dtype)  # values that round up to b stay below it, as torch's
+        values = values.clamp_max(float(max(np.nextafter(top, -np.inf), np.asarray(a, tensor.dtype.np_dtype))))
     with no_grad():
-        return tensor.copy_(rand(*tensor.shape, dtype=tensor.dtype, generator=generator) * (b - a) + a)
+        return tensor.copy_(values)
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
