@@ -15,7 +15,7 @@ from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.random_ints import check_bounds, dtype_bounds, integers
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import placed, where
-from flame.ir.dtypes import dtype_of, f64
+from flame.ir.dtypes import boolean, dtype_of, f64
 
 __all__ = ["bernoulli", "normal", "poisson", "randint_like"]
 
@@ -38,6 +38,7 @@ def bernoulli(input: Tensor, p=None, *, generator: Generator | None = None) -> T
     """1 with probability input (or p, a number or tensor), else 0, of input's dtype, as torch.bernoulli."""
     probs = input if p is None else p
     if isinstance(probs, Tensor):
+        _kernel_dtype(probs.dtype, "bernoulli_tensor_cpu_p_", "a tensor of probabilities", floats=True)
         if _eager_values(probs):
             _check(bool(((probs >= 0) & (probs <= 1)).all().item()), "Expected p_in >= 0 && p_in <= 1 to be true, "
                                                                      "but got false.")
@@ -45,6 +46,18 @@ def bernoulli(input: Tensor, p=None, *, generator: Generator | None = None) -> T
     else:
         _check(0 <= probs <= 1, f"bernoulli_ expects p to be in [0, 1], but got p={probs}")
     return (_uniform(input.shape, generator) < probs).to(input.dtype)
+
+
+def _kernel_dtype(dt, kernel: str, what: str, floats: bool = False, continuous: str = "") -> None:
+    """torch's dtype checks of a random fill: a continuous distribution (continuous names it) takes
+    floating tensors only, and a kernel with floats=True no integer or bool one, one without no bool
+    one; DTypeError (a RuntimeError, as torch's) naming the kernel and the dtype."""
+    if continuous and not dt.is_float:
+        raise DTypeError(f"{continuous} distribution is a continuous probability distribution. dtype must be a "
+                         f"floating point but you specified {dt}\n  at {user_location()}")
+    if dt == boolean or (floats and not dt.is_float):
+        raise DTypeError(f'"{kernel}" not implemented for {dt} ({what} must be of a floating dtype'
+                         f'{"" if floats else " or an integer one"})\n  at {user_location()}')
 
 
 def _std_ok(std) -> None:
@@ -190,22 +203,26 @@ class TensorRandomFills:
 
     def exponential_(self, lambd: float = 1.0, *, generator=None):
         """self filled with Exponential(lambd) draws, as torch's."""
+        _kernel_dtype(self.dtype, "exponential", "", continuous="Exponential")
         _check(lambd > 0, f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
         return self._fill(-(1 - _uniform(self.shape, generator)).log() / lambd)
 
     def geometric_(self, p: float, *, generator=None):
         """self filled with Geometric(p) draws (the number of trials to the first success, from 1)."""
+        _kernel_dtype(self.dtype, "geometric_cpu", "geometric_'s tensor")
         _check(0 < p < 1, f"geometric_ expects p to be in (0, 1), but got p={p}")
         u = 1 - _uniform(self.shape, generator)
         return self._fill((u.log() / math.log1p(-p)).ceil().clamp_min(1))
 
     def cauchy_(self, median: float = 0.0, sigma: float = 1.0, *, generator=None):
         """self filled with Cauchy(median, sigma) draws."""
+        _kernel_dtype(self.dtype, "cauchy", "", continuous="Cauchy")
         _check(sigma > 0, f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
         return self._fill(median + sigma * (math.pi * (_uniform(self.shape, generator) - 0.5)).tan())
 
     def log_normal_(self, mean: float = 1.0, std: float = 2.0, *, generator=None):
         """self filled with exp(N(mean, std^2)) draws."""
+        _kernel_dtype(self.dtype, "log_normal_cpu", "log_normal_'s tensor", floats=True)
         _check(std > 0, f"log_normal_ expects std > 0.0, but found std={std}")
         return self._fill((randn(*self.shape, dtype=f64, generator=generator) * std + mean).exp())
 

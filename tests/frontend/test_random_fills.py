@@ -205,3 +205,39 @@ def test_uniform_and_normal_fills_check_their_arguments_as_torch(call, message):
         assert str(caught.value).split("\n")[0] == message, lib
     np.testing.assert_array_equal(flame.zeros(3).uniform_(1.0, 1.0).numpy(), [1.0] * 3)
     np.testing.assert_array_equal(flame.zeros(3).normal_(2.0, 0.0).numpy(), [2.0] * 3)
+
+
+_DTYPE_CASES = [
+    ("exponential_", (), "int64"), ("exponential_", (), "bool"), ("cauchy_", (), "int32"),
+    ("log_normal_", (), "int64"), ("log_normal_", (), "bool"), ("geometric_", (0.5,), "bool"),
+    ("geometric_", (0.3,), "uint8"), ("exponential_", (), "float16"), ("log_normal_", (), "bfloat16"),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "name"), _DTYPE_CASES)
+def test_fill_dtypes_as_torch(method, args, name):
+    """A continuous distribution refuses an integer or bool tensor and geometric_ a bool one, as torch's
+    (a RuntimeError); the dtypes torch fills are filled."""
+    try:
+        getattr(torch.zeros(8, dtype=getattr(torch, name)), method)(*args)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match=str(e).split(" but ")[0].split(" not ")[0][:40].replace('"', "")):
+            getattr(flame.zeros(8, dtype=getattr(flame, name)), method)(*args)
+    else:
+        out = getattr(flame.zeros(8, dtype=getattr(flame, name)), method)(*args)
+        assert out.dtype == getattr(flame, name)
+
+
+@pytest.mark.parametrize(("make", "ok"), [(lambda m: m.bernoulli(m.zeros(3, dtype=m.int64)), False),
+                                          (lambda m: m.bernoulli(m.zeros(3, dtype=m.bool)), False),
+                                          (lambda m: m.bernoulli(m.zeros(3, dtype=m.int64), 0.5), True),
+                                          (lambda m: m.zeros(3).bernoulli_(m.tensor([0, 1, 1])), False),
+                                          (lambda m: m.zeros(3, dtype=m.int64).bernoulli_(m.tensor([0.5] * 3)), True)])
+def test_bernoulli_probability_dtypes_as_torch(make, ok):
+    if ok:
+        assert make(flame).dtype == getattr(flame, str(make(torch).dtype).split(".")[-1])
+        return
+    with pytest.raises(RuntimeError):
+        make(torch)
+    with pytest.raises(RuntimeError, match="bernoulli_tensor_cpu_p_"):
+        make(flame)
