@@ -10,7 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import ArgumentError, ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
+from flame.errors import (
+    ArgumentError,
+    ArgumentRangeError,
+    ArgumentTypeError,
+    DTypeError,
+    OverflowValueError,
+    ShapeError,
+)
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import made_like, no_grad, user_location
 from flame.frontend.default_dtype import float_dtype, get_default_dtype
@@ -194,24 +201,42 @@ def _int_arange(start: float, stop: float, step: float, dt: DType) -> Tensor:
     return apply("arange", start=s0, stop=s0 + n * st, step=st, dtype=dt)
 
 
+_SEED_MASK = 2**64 - 1
+
+
+def _seed_bits(seed, op: str) -> int:
+    """A seed in [-2**63, 2**64) as the int64 holding its 64 bits (torch keeps seeds as uint64: -1 and
+    2**64 - 1 are one seed); outside that range torch's ValueError."""
+    seed = operator.index(seed)
+    if not -(2**63) <= seed < 2**64:
+        raise OverflowValueError(f"{op}: Overflow when unpacking long long: seed={seed} is outside "
+                                 f"[-2**63, 2**64)\n  at {user_location()}")
+    seed &= _SEED_MASK
+    return seed - 2**64 if seed >= 2**63 else seed
+
+
 class Generator:
     """A counter-based random stream: a seed and an offset, both i64 scalar tensors. Each draw of n
     numbers uses counters offset..offset+n-1 and advances the offset in place, so inside
     @flame.compile the seed and offset are state inputs of the graph and a step is replayable."""
 
     def __init__(self, seed: int = 0):
-        self.seed_tensor = Tensor(np.int64(seed), i64)
+        self.seed_tensor = Tensor(np.int64(_seed_bits(seed, "Generator")), i64)
         self.offset_tensor = Tensor(np.int64(0), i64)
         self.seed_tensor._role = self.offset_tensor._role = "state"
 
     def manual_seed(self, seed: int) -> Generator:
-        self.seed_tensor.copy_(int(seed))
+        """Restart the stream from seed, an int in [-2**63, 2**64) (a negative one counts as its unsigned
+        64-bit value, as torch's); self."""
+        if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+            raise DTypeError(f"manual_seed expected a long, but got {type(seed).__name__}\n  at {user_location()}")
+        self.seed_tensor.copy_(_seed_bits(seed, "manual_seed"))
         self.offset_tensor.copy_(0)
         return self
 
     def initial_seed(self) -> int:
-        """The seed the stream started from (manual_seed's, or seed()'s)."""
-        return int(self.seed_tensor.item())
+        """The seed the stream started from (manual_seed's, or seed()'s), as torch's unsigned 64-bit value."""
+        return int(self.seed_tensor.item()) & _SEED_MASK
 
     def seed(self) -> int:
         """Reseed from the operating system's entropy (as torch's Generator.seed) and return the seed."""
@@ -270,10 +295,11 @@ class _DefaultGenerator:
     def manual_seed(self, seed: int) -> Generator:
         """Reseed every device's generator (torch.manual_seed does): the current device's in place (a
         compiled function that captured it sees the new seed), the others are made afresh from it."""
-        self.seed = int(seed)
+        bits = _seed_bits(int(seed), "manual_seed")  # torch.manual_seed takes int(seed)
+        self.seed = bits
         current = self.get()
         self.gens = {_device.get_device(): current}
-        return current.manual_seed(seed)
+        return current.manual_seed(bits)
 
 
 _default = _DefaultGenerator()
