@@ -39,9 +39,12 @@ _NP_DTYPES = {
     "BF16": ml_dtypes.bfloat16,
     "I64": np.int64,
     "I32": np.int32,
+    "I16": np.int16,
     "I8": np.int8,
     "U8": np.uint8,
     "BOOL": np.bool_,
+    "F8_E4M3": ml_dtypes.float8_e4m3fn,
+    "F8_E5M2": ml_dtypes.float8_e5m2,
 }  # the dtypes flame has
 _ST_DTYPES = {np.dtype(v): k for k, v in _NP_DTYPES.items()}
 _CHUNK = 1 << 24
