@@ -172,6 +172,7 @@ def _encode_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
 
 
 _ORDER_KEY = "flame.order"  # header metadata of a flat name -> tensor file: the names in the order saved
+_SAME_KEY = "flame.same"  # header metadata of a flat file: name -> the earlier name it was saved as the same tensor as
 _OBJECT_KEY = "flame.object"  # header metadata: the saved object's structure, tensors as {"__tensor__": name}
 
 
@@ -179,16 +180,22 @@ def _is_array(v: Any) -> bool:
     return isinstance(v, (Tensor, np.ndarray)) or (hasattr(v, "detach") and hasattr(v, "cpu"))
 
 
-def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0) -> Any:
-    """obj as JSON, each tensor replaced by {"__tensor__": its name in the file} (named by its path);
-    at most _MAX_DEPTH containers deep."""
+def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0, names: dict[int, str] | None = None) -> Any:
+    """obj as JSON, each tensor replaced by {"__tensor__": its name in the file} (named by the path
+    where it first occurs: a tensor met again names the same entry, so it loads as one tensor, as
+    torch's pickle memo keeps it); at most _MAX_DEPTH containers deep. `names`: id -> name of the
+    tensors in `arrays`."""
+    names = {id(v): k for k, v in arrays.items()} if names is None else names
     if isinstance(obj, (dict, list, tuple)) and depth == _MAX_DEPTH:
         raise CheckpointError(f"cannot save {path or 'the object'}: containers nested deeper than {_MAX_DEPTH} levels")
     if _is_array(obj):
+        if id(obj) in names:  # (arrays keeps each saved object alive, so ids are not reused)
+            return {"__tensor__": names[id(obj)]}
         name, n = path or "tensor", 1
         while name in arrays:
             name, n = f"{path or 'tensor'}#{n}", n + 1
         arrays[name] = obj
+        names[id(obj)] = name
         return {"__tensor__": name}
     if isinstance(obj, dict):
         for k in obj:
@@ -196,11 +203,11 @@ def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0) -> An
                 raise CheckpointError(f"cannot save a dict key of type {type(k).__name__} ({k!r})")
         return {
             "__dict__": [
-                [k, _skeleton(v, f"{path}.{k}" if path else str(k), arrays, depth + 1)] for k, v in obj.items()
+                [k, _skeleton(v, f"{path}.{k}" if path else str(k), arrays, depth + 1, names)] for k, v in obj.items()
             ]
         }
     if isinstance(obj, (list, tuple)):
-        items = [_skeleton(v, f"{path}.{i}" if path else str(i), arrays, depth + 1) for i, v in enumerate(obj)]
+        items = [_skeleton(v, f"{path}.{i}" if path else str(i), arrays, depth + 1, names) for i, v in enumerate(obj)]
         return items if isinstance(obj, list) else {"__tuple__": items}
     if obj is None or isinstance(obj, (str, bool, int, float)):
         return obj
@@ -255,6 +262,10 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     if flat:
         raw = dict(obj)
         meta[_ORDER_KEY] = json.dumps(list(raw))  # safetensors sorts its names; load gives this order back
+        first: dict[int, str] = {}
+        same = {k: first.setdefault(id(v), k) for k, v in raw.items() if first.setdefault(id(v), k) != k}
+        if same:  # each name keeps its copy (plain safetensors readers see every name); load ties them again
+            meta[_SAME_KEY] = json.dumps(same)
     else:
         raw = {}
         meta[_OBJECT_KEY] = json.dumps(_skeleton(obj, "", raw))
@@ -296,9 +307,26 @@ def load(f: str | os.PathLike | Any, map_location: Any = None, *, weights_only: 
     order = []
     if _ORDER_KEY in meta:
         order = _parse_json(_where(path), f"the names' order ({_ORDER_KEY})", meta[_ORDER_KEY])
+    if _SAME_KEY in meta:
+        _tie(path, tensors, _parse_json(_where(path), f"the tied names ({_SAME_KEY})", meta[_SAME_KEY]))
     if isinstance(order, list) and sorted(map(str, order)) == sorted(tensors):
         return {k: tensors[k] for k in order}
     return tensors
+
+
+def _tie(path: Any, tensors: dict[str, Tensor], same: Any) -> None:
+    """tensors[name] = tensors[first] for each name saved as the same tensor as an earlier one."""
+    if not isinstance(same, dict) or not all(
+        isinstance(v, str)
+        and k in tensors
+        and v in tensors
+        and tensors[k].shape == tensors[v].shape
+        and tensors[k].dtype == tensors[v].dtype
+        for k, v in same.items()
+    ):
+        raise CheckpointError(f"{_where(path)!r}: {_SAME_KEY} does not map names to names of equal tensors")
+    for k, v in same.items():
+        tensors[k] = tensors[v]
 
 
 def _where(f: Any) -> str:

@@ -44,3 +44,54 @@ def test_narrow_dtypes_round_trip_and_cross_to_torch(dtype, tmp_path):
     np.testing.assert_array_equal(_torch_np(read), _torch_np(theirs))
     safetensors.torch.save_file({"t": theirs}, tmp_path / "t.safetensors")  # and torch's read by flame
     np.testing.assert_array_equal(flame.load(tmp_path / "t.safetensors")["t"].numpy(), _torch_np(theirs))
+
+
+def _shared(lib):
+    x, y = lib.tensor([1.0, 2.0]), lib.tensor([3.0])
+    return {
+        "flat dict": {"x": x, "y": x, "z": y},
+        "nested": {"a": [x, (x, y)], "b": {"c": y}, "n": 3},
+        "list": [x, y, x],
+    }
+
+
+def _identity_pattern(obj) -> list[int]:
+    """For each tensor in obj (in order), the index of the first tensor that is the same object."""
+    found: list = []
+
+    def walk(o):
+        if isinstance(o, (torch.Tensor, flame.Tensor)):
+            found.append(o)
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v)
+
+    walk(obj)
+    return [next(i for i, f in enumerate(found) if f is t) for t in found]
+
+
+@pytest.mark.parametrize("what", list(_shared(torch)))
+def test_a_tensor_saved_twice_loads_as_one_tensor_as_torch(what, tmp_path):
+    theirs = _round_trip(torch, _shared(torch)[what])
+    mine = _round_trip(flame, _shared(flame)[what])
+    assert _identity_pattern(mine) == _identity_pattern(theirs)
+    flame.save(_shared(flame)[what], tmp_path / "f.safetensors")  # through a path too
+    assert _identity_pattern(flame.load(tmp_path / "f.safetensors")) == _identity_pattern(theirs)
+
+
+def test_a_flat_file_with_a_tensor_twice_keeps_every_name_for_plain_readers(tmp_path):
+    x = flame.tensor([1.0, 2.0])
+    flame.save({"x": x, "y": x}, tmp_path / "f.safetensors")
+    read = safetensors.torch.load_file(tmp_path / "f.safetensors")
+    assert sorted(read) == ["x", "y"] and read["y"].tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("same", ['{"y": "nope"}', '{"y": "x"}', '["y"]'])
+def test_a_malformed_tie_raises_checkpoint_error_naming_the_file(same, tmp_path):
+    tensors = {"x": torch.zeros(2), "y": torch.zeros(3)}  # "y" -> "x": not equal shapes
+    safetensors.torch.save_file(tensors, tmp_path / "f.safetensors", metadata={"flame.same": same})
+    with pytest.raises(flame.CheckpointError, match="f.safetensors.*flame.same"):
+        flame.load(tmp_path / "f.safetensors")
