@@ -173,6 +173,7 @@ def _encode_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
 
 _ORDER_KEY = "flame.order"  # header metadata of a flat name -> tensor file: the names in the order saved
 _SAME_KEY = "flame.same"  # header metadata of a flat file: name -> the earlier name it was saved as the same tensor as
+_GRAD_KEY = "flame.grad"  # header metadata: name -> how a tensor saved as a Parameter / needing gradients loads
 _OBJECT_KEY = "flame.object"  # header metadata: the saved object's structure, tensors as {"__tensor__": name}
 
 
@@ -269,6 +270,9 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     else:
         raw = {}
         meta[_OBJECT_KEY] = json.dumps(_skeleton(obj, "", raw))
+    grad = {str(k): kind for k, v in raw.items() if (kind := _grad_kind(v))}
+    if grad:
+        meta[_GRAD_KEY] = json.dumps(grad)
     arrays = {str(k): _to_numpy(str(k), v) for k, v in raw.items()}
     data = safetensors.numpy.save(arrays, metadata=meta)
     if hasattr(f, "write"):
@@ -301,6 +305,8 @@ def load(f: str | os.PathLike | Any, map_location: Any = None, *, weights_only: 
     data = _read(path)
     tensors = _load_tensors(path, data)
     meta = _header_metadata(path, data)
+    if _GRAD_KEY in meta:
+        _regrad(path, tensors, _parse_json(_where(path), f"the tensors' gradient flags ({_GRAD_KEY})", meta[_GRAD_KEY]))
     if _OBJECT_KEY in meta:
         where = _where(path)
         return _rebuild(_parse_json(where, f"the saved object ({_OBJECT_KEY})", meta[_OBJECT_KEY]), tensors, where)
@@ -312,6 +318,30 @@ def load(f: str | os.PathLike | Any, map_location: Any = None, *, weights_only: 
     if isinstance(order, list) and sorted(map(str, order)) == sorted(tensors):
         return {k: tensors[k] for k in order}
     return tensors
+
+
+def _grad_kind(v: Any) -> str | None:
+    """How a saved tensor comes back: "parameter" (a Parameter, as torch.nn.Parameter pickles),
+    "frozen parameter" (one with requires_grad=False), "requires_grad" (a leaf needing gradients), or
+    None (a plain tensor)."""
+    rg = bool(getattr(v, "requires_grad", False))
+    if type(v).__name__ == "Parameter":  # flame's or torch's
+        return "parameter" if rg else "frozen parameter"
+    return "requires_grad" if rg else None
+
+
+def _regrad(path: Any, tensors: dict[str, Tensor], grad: Any) -> None:
+    """Make the tensors that were saved as Parameters, or needing gradients, so again."""
+    from flame.nn.parameter import Parameter
+
+    kinds = ("parameter", "frozen parameter", "requires_grad")
+    if not isinstance(grad, dict) or not all(k in tensors and v in kinds for k, v in grad.items()):
+        raise CheckpointError(f"{_where(path)!r}: {_GRAD_KEY} does not map tensor names to one of {kinds}")
+    for k, kind in grad.items():
+        if kind == "requires_grad":
+            tensors[k].requires_grad_(True)
+        else:
+            tensors[k] = Parameter(tensors[k], requires_grad=kind == "parameter")
 
 
 def _tie(path: Any, tensors: dict[str, Tensor], same: Any) -> None:

@@ -95,3 +95,41 @@ def test_a_malformed_tie_raises_checkpoint_error_naming_the_file(same, tmp_path)
     safetensors.torch.save_file(tensors, tmp_path / "f.safetensors", metadata={"flame.same": same})
     with pytest.raises(flame.CheckpointError, match="f.safetensors.*flame.same"):
         flame.load(tmp_path / "f.safetensors")
+
+
+def _grads(lib):
+    p = lib.nn.Parameter(lib.tensor([1.0, 2.0]))
+    frozen = lib.nn.Parameter(lib.tensor([3.0]), requires_grad=False)
+    leaf = lib.tensor([4.0], requires_grad=True)
+    return {
+        "flat dict": {"p": p, "frozen": frozen, "leaf": leaf, "plain": lib.tensor([5.0])},
+        "nested": {"params": [p, frozen], "leaf": (leaf, 1), "p again": p},
+        "state_dict": lib.nn.Linear(2, 1).state_dict(),
+        "keep_vars state_dict": dict(lib.nn.Linear(2, 1).state_dict(keep_vars=True)),
+    }
+
+
+def _grad_form(obj) -> list:
+    """Each tensor's class name and requires_grad, in order."""
+    found: list = []
+
+    def walk(o):
+        if isinstance(o, (torch.Tensor, flame.Tensor)):
+            found.append((type(o).__name__, o.requires_grad))
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v)
+
+    walk(obj)
+    return found
+
+
+@pytest.mark.parametrize("what", list(_grads(torch)))
+def test_parameters_and_requires_grad_round_trip_as_torch(what, tmp_path):
+    theirs = _round_trip(torch, _grads(torch)[what])
+    mine = _round_trip(flame, _grads(flame)[what])
+    assert _grad_form(mine) == _grad_form(theirs)
+    assert _identity_pattern(mine) == _identity_pattern(theirs)
