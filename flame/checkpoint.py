@@ -59,6 +59,10 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once, so a saved file gets the usual permissions (mkstemp's are 0600)
 
 
+class MissingCheckpointError(CheckpointError, FileNotFoundError):
+    """The file to load does not exist: a FileNotFoundError, as torch.load raises."""
+
+
 def as_tensor(value: Any) -> Tensor:
     """A flame Tensor from a flame Tensor, a NumPy array or anything NumPy can read (a CPU torch tensor)."""
     if isinstance(value, Tensor):
@@ -288,7 +292,7 @@ def _read(path: str | os.PathLike | Any) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {_where(path)!r} does not exist") from None
+        raise MissingCheckpointError(f"checkpoint {_where(path)!r} does not exist") from None
 
 
 def load(f: str | os.PathLike | Any, map_location: Any = None, *, weights_only: bool | None = None) -> Any:

@@ -133,3 +133,13 @@ def test_parameters_and_requires_grad_round_trip_as_torch(what, tmp_path):
     mine = _round_trip(flame, _grads(flame)[what])
     assert _grad_form(mine) == _grad_form(theirs)
     assert _identity_pattern(mine) == _identity_pattern(theirs)
+
+
+def test_a_missing_file_raises_file_not_found_naming_it_as_torch(tmp_path):
+    path = tmp_path / "absent.safetensors"
+    with pytest.raises(FileNotFoundError):
+        torch.load(path)
+    with pytest.raises(FileNotFoundError, match="absent.safetensors"):
+        flame.load(path)
+    with pytest.raises(FileNotFoundError, match="absent.safetensors"):
+        flame.load(str(path), map_location="cpu")
