@@ -7,6 +7,7 @@ previous checkpoint intact."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -176,6 +177,7 @@ def _encode_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
 
 
 _ORDER_KEY = "flame.order"  # header metadata of a flat name -> tensor file: the names in the order saved
+_ORDERED_KEY = "flame.ordered_dict"  # header metadata of a flat file: "true" when an OrderedDict was saved
 _SAME_KEY = "flame.same"  # header metadata of a flat file: name -> the earlier name it was saved as the same tensor as
 _GRAD_KEY = "flame.grad"  # header metadata: name -> how a tensor saved as a Parameter / needing gradients loads
 _OBJECT_KEY = "flame.object"  # header metadata: the saved object's structure, tensors as {"__tensor__": name}
@@ -207,7 +209,7 @@ def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0, names
             if not isinstance(k, (str, int, float, bool)) and k is not None:
                 raise CheckpointError(f"cannot save a dict key of type {type(k).__name__} ({k!r})")
         return {
-            "__dict__": [
+            "__ordered_dict__" if isinstance(obj, collections.OrderedDict) else "__dict__": [
                 [k, _skeleton(v, f"{path}.{k}" if path else str(k), arrays, depth + 1, names)] for k, v in obj.items()
             ]
         }
@@ -239,13 +241,14 @@ def _rebuild(skel: Any, tensors: dict[str, Tensor], where: str, at: str = "") ->
     if kind == "__tuple__" and isinstance(body, list):
         return tuple(_rebuild(v, tensors, where, f"{at}.{i}" if at else str(i)) for i, v in enumerate(body))
     if (
-        kind == "__dict__"
+        kind in ("__dict__", "__ordered_dict__")
         and isinstance(body, list)
         and all(
             isinstance(p, list) and len(p) == 2 and (p[0] is None or isinstance(p[0], (str, int, float))) for p in body
         )
     ):
-        return {k: _rebuild(v, tensors, where, f"{at}.{k}" if at else str(k)) for k, v in body}
+        items = ((k, _rebuild(v, tensors, where, f"{at}.{k}" if at else str(k))) for k, v in body)
+        return dict(items) if kind == "__dict__" else collections.OrderedDict(items)
     raise _malformed(where, at, f"is {_REPR.repr(skel)}, not a tensor, tuple or dict as flame.save writes them")
 
 
@@ -267,6 +270,8 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     if flat:
         raw = dict(obj)
         meta[_ORDER_KEY] = json.dumps(list(raw))  # safetensors sorts its names; load gives this order back
+        if isinstance(obj, collections.OrderedDict):  # a state_dict: it loads as one again
+            meta[_ORDERED_KEY] = "true"
         first: dict[int, str] = {}
         same = {k: first.setdefault(id(v), k) for k, v in raw.items() if first.setdefault(id(v), k) != k}
         if same:  # each name keeps its copy (plain safetensors readers see every name); load ties them again
@@ -320,8 +325,8 @@ def load(f: str | os.PathLike | Any, map_location: Any = None, *, weights_only: 
     if _SAME_KEY in meta:
         _tie(path, tensors, _parse_json(_where(path), f"the tied names ({_SAME_KEY})", meta[_SAME_KEY]))
     if isinstance(order, list) and sorted(map(str, order)) == sorted(tensors):
-        return {k: tensors[k] for k in order}
-    return tensors
+        tensors = {k: tensors[k] for k in order}
+    return collections.OrderedDict(tensors) if meta.get(_ORDERED_KEY) == "true" else tensors
 
 
 def _grad_kind(v: Any) -> str | None:

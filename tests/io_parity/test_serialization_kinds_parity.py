@@ -5,6 +5,7 @@ missing file and a map_location naming no device."""
 
 from __future__ import annotations
 
+import collections
 import io
 
 import ml_dtypes
@@ -143,3 +144,30 @@ def test_a_missing_file_raises_file_not_found_naming_it_as_torch(tmp_path):
         flame.load(path)
     with pytest.raises(FileNotFoundError, match="absent.safetensors"):
         flame.load(str(path), map_location="cpu")
+
+
+def _ordered(lib):
+    x = lib.tensor([1.0])
+    return {
+        "flat": collections.OrderedDict([("b", x), ("a", lib.tensor([2.0]))]),
+        "state_dict": lib.nn.Linear(2, 1).state_dict(),
+        "nested": {"model": collections.OrderedDict(w=x), "opt": {"lr": 0.1}, "l": [collections.OrderedDict()]},
+        "plain flat dict": {"b": x},
+    }
+
+
+def _types(obj) -> list:
+    """The container types in obj, depth first, with their keys."""
+    if isinstance(obj, dict):
+        return [(type(obj).__name__, list(obj))] + [t for v in obj.values() for t in _types(v)]
+    if isinstance(obj, (list, tuple)):
+        return [type(obj).__name__] + [t for v in obj for t in _types(v)]
+    return []
+
+
+@pytest.mark.parametrize("what", list(_ordered(torch)))
+def test_ordered_dicts_round_trip_as_torch(what, tmp_path):
+    theirs = _round_trip(torch, _ordered(torch)[what])
+    assert _types(_round_trip(flame, _ordered(flame)[what])) == _types(theirs)
+    flame.save(_ordered(flame)[what], tmp_path / "f.safetensors")
+    assert _types(flame.load(tmp_path / "f.safetensors")) == _types(theirs)
