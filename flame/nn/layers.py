@@ -12,9 +12,10 @@ from flame.errors import AssertedArgumentError
 from flame.frontend import activations_inplace as FI
 from flame.frontend import functional as F
 from flame.frontend import losses
-from flame.frontend.context import no_grad
+from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import Generator, ones, zeros
 from flame.frontend.default_dtype import float_dtype
+from flame.frontend.guards import is_plain
 from flame.frontend.tensor import Tensor
 from flame.nn import init
 from flame.nn.lazy import LazyModuleMixin
@@ -277,6 +278,11 @@ class _Elementwise(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         fn, kwargs = type(self).fn, self.kwargs
+        trace = current_trace.get()
+        if trace is not None:  # each keyword argument is a guard of the trace, as a plain attribute is
+            for name, value in kwargs.items():
+                if is_plain(value):
+                    trace.read_attribute(self, name, value)
         if self.inplace:
             return FI.into(x, True, lambda t: fn(t, **kwargs), type(self).__name__)
         return fn(x, **kwargs)

@@ -1,0 +1,37 @@
+"""What a module's forward reads besides plain attributes of its own is a guard of a compiled call: an
+activation's keyword arguments (`m.negative_slope = 0.5`, `softmax.dim = 0`), a config a module holds
+(`self.cfg["k"]`, `self.opts.k`) and a class attribute (`M.scale = 3.0`). A call after one changed
+traces again, saying what changed, and gives what eager flame gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flame
+import flame.nn as nn
+
+X = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+
+
+def _changed_then_same_as_eager(m, change, match):
+    x = flame.tensor(X)
+    f = flame.compile(m)
+    np.testing.assert_allclose(f(x).numpy(), m(x).numpy(), rtol=1e-6)
+    change()
+    with pytest.warns(flame.RecompileWarning, match=match):
+        out = f(x)
+    np.testing.assert_allclose(out.numpy(), m(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(f(x).numpy(), m(x).numpy(), rtol=1e-6)
+    assert f.stats().traces == 2
+
+
+def test_an_activations_keyword_argument_set_between_calls_is_a_guard():
+    m = nn.LeakyReLU(0.1)
+    _changed_then_same_as_eager(m, lambda: setattr(m, "negative_slope", 0.5),
+                                r"attribute 'negative_slope' of LeakyReLU.*: 0.1 -> 0.5")
+
+
+def test_a_softmax_dim_set_between_calls_is_a_guard():
+    m = nn.Softmax(dim=1)
+    _changed_then_same_as_eager(m, lambda: setattr(m, "dim", 0), r"attribute 'dim' of Softmax.*: 1 -> 0")
