@@ -14,7 +14,8 @@ becomes a Guard of that trace:
 - the same of the user's hooks and autograd.Functions the body ran (a hook scaling by a global);
 - plain values reached from those (and from `self` of a compiled method) by constant attributes and
   subscripts: a config's field, a dict's or a list's entry (`cfg["w"]`, `args.beta`, `self.beta`, `w[0]`),
-  and those the methods so reached read (`trainer.loss(x)` reading `self.beta`);
+  and those the methods so reached read (`trainer.loss(x)` reading `self.beta`), and of a module's own
+  methods the body ran, through the configs, dicts and lists the module holds (`self.cfg["k"]`);
 - plain values the body read from a module's own attributes (`self.eps`, `self.scale`: nn.Module
   records them while a body is traced), and, by identity, what the modules it ran are made of (Parts):
   the submodules it reached (a layer replaced, appended or deleted), the parameters, buffers and tensor
@@ -396,6 +397,34 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
     return out
 
 
+def module_chain_guards(f: types.FunctionType, module: Any, name: str) -> list:
+    """Guards on what f, a method of the user's that a module ran (its forward, a helper), reads from
+    `self` through an attribute that holds neither a module, a tensor nor a plain value (the module
+    guards those itself): a config's field or a dict's or list's entry (`self.cfg["k"]`, `self.opts.k`,
+    `self.ks[0]`), the holder by identity and the items of one the method iterates (`for w in self.ws`)."""
+    out, same = [], []
+    for kind, _, path in sorted(_chains(f.__code__), key=repr):
+        if kind != "self" or not path or path[0][0] != "." or path[0][1] not in vars(module):
+            continue
+        if not _followed(vars(module)[path[0][1]]):
+            continue
+        iterated = path[-1][0] == _ITER
+        view, path = (path[-1][1], path[:-1]) if iterated else ("", path)
+        what, read = f"attribute {_text(path)[1:]} of {name}", _chain_reader(functools.partial(_identity, module), path)
+        value = read()
+        if iterated:
+            if _items(value, view) is not None:
+                out.append(Items(f"the {view or 'items'} of {what}", functools.partial(_items_of, read, view),
+                                 _items(value, view)))
+        elif is_plain(value):
+            out.append(Guard(what, read, value))
+        elif value is not MISSING and _held(module, path):
+            same.append((what, read, value))
+    if same:
+        out.append(Same(*map(tuple, zip(*same))))
+    return out
+
+
 def _items(v: Any, view: str = "") -> tuple | None:
     """The items iterating v (or its dict view `view`: items, values, keys) goes through, for a list, a
     dict or a tuple of objects (a tuple of plain values is a guard of its own), a dict's entries as key,
@@ -599,13 +628,16 @@ def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Gua
     out += [Guard(f"attribute {name!r} of {namer.module(obj)}", functools.partial(getattr, obj, name, MISSING), value)
             for obj, name, value in trace.attribute_reads.values()]
     known = {g.what for g in out if isinstance(g, Guard)} | {w for g in out if isinstance(g, Same) for w in g.whats}
-    for g in function_guards(list(trace.functions_read.values())):
+    for g in function_guards(list({id(f): f for f, _ in trace.functions_read.values()}.values())):
         if isinstance(g, Same):
             kept = [k for k, w in enumerate(g.whats) if w not in known]
             if kept:
                 out.append(Same(*(tuple(part[k] for k in kept) for part in (g.whats, g.reads, g.values))))
         elif g.what not in known:
             out.append(g)
+    for f, module in trace.functions_read.values():
+        if module is not None:
+            out += module_chain_guards(f, module, namer.module(module))
     out += [Held(what, read, values, namer) for what, (read, values) in trace.held_reads.items()]
     if trace.part_reads:
         parts = list(trace.part_reads.values())

@@ -113,7 +113,8 @@ class Trace:
     # what -> (read, objects): the objects a Python structure held when the body used them (an optimizer's
     # state tensors), by identity
     held_reads: dict[str, tuple] = field(default_factory=dict)
-    functions_read: dict[int, object] = field(default_factory=dict)  # id -> a method of the user's it fetched
+    # (id of f, id of its module) -> (a method of the user's the body fetched, its module or None)
+    functions_read: dict[tuple, tuple] = field(default_factory=dict)
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
     # id -> a traced tensor the body made a leaf that requires grad (x.detach().requires_grad_(),
     # flame.zeros(n, requires_grad=True)): backward() fills its .grad, as it does a concrete leaf's
@@ -248,10 +249,11 @@ class Trace:
         if what not in self.held_reads:
             self.held_reads[what] = (read, read())
 
-    def read_function(self, f) -> None:
-        """A function of the user's fetched while tracing (a module's forward): the plain globals and
-        closure variables it reads are guards too (guards.function_guards)."""
-        self.functions_read.setdefault(id(f), f)
+    def read_function(self, f, module=None) -> None:
+        """A function of the user's fetched while tracing (a module's forward, with that module): the
+        plain globals and closure variables it reads are guards too (guards.function_guards), and what
+        it reads through the module's configs (guards.module_chain_guards)."""
+        self.functions_read.setdefault((id(f), id(module)), (f, module))
 
     def read_mode(self, module, training: bool) -> None:
         """A module's training flag was read: the trace holds for the mode the call found it in (the body

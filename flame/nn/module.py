@@ -57,7 +57,7 @@ def _reading_getattribute(self, name: str) -> Any:
     elif type(value) is types.MethodType and users_function(value.__func__):  # forward, self.helper
         trace = current_trace.get()
         if trace is not None:
-            trace.read_function(value.__func__)
+            trace.read_function(value.__func__, self)
     return value
 
 
