@@ -35,15 +35,17 @@ from flame.nn.parameter import Buffer, Parameter, buffer_persistent
 
 def _reading_getattribute(self, name: str) -> Any:
     """Module.__getattribute__ while a body is traced: a plain value read from a module's own
-    attribute (`self.eps`, `self.scale`, `self.p`) becomes a guard of the trace, so a call after it
-    changed traces again (with a flame.RecompileWarning) instead of replaying the value baked in; a
-    method of the user's fetched (forward) has the globals it reads guarded."""
+    attribute (`self.eps`, `self.scale`, `self.p`) or its class's (`scale = 2.0` in the class body)
+    becomes a guard of the trace, so a call after it changed traces again (with a
+    flame.RecompileWarning) instead of replaying the value baked in; a method of the user's fetched
+    (forward) has the globals it reads guarded."""
     value = object.__getattribute__(self, name)
     if name.startswith("__"):
         return value
     if is_plain(value):
         trace = current_trace.get()
-        if trace is not None and name in object.__getattribute__(self, "__dict__"):
+        if trace is not None and (name in object.__getattribute__(self, "__dict__")
+                                  or _class_attribute(type(self), name) is value):  # `scale = 2.0` in the class
             trace.read_attribute(self, name, value)
     elif isinstance(value, _FUNCTIONS) or (isinstance(value, Tensor) and not value.is_traced):
         # a function held by the module (self.act = F.gelu) or a plain tensor attribute, by identity
@@ -59,6 +61,15 @@ def _reading_getattribute(self, name: str) -> Any:
         if trace is not None:
             trace.read_function(value.__func__, self)
     return value
+
+
+def _class_attribute(cls: type, name: str) -> Any:
+    """What cls's body (or a base class's) binds to name, found as attribute lookup finds it; where none
+    does, this function itself (which no plain value is)."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _class_attribute
 
 
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)

@@ -82,3 +82,23 @@ def test_two_modules_of_one_class_each_guard_their_own_config():
     m = nn.Sequential(_Configured(), _Configured())
     _changed_then_same_as_eager(m, lambda: m[1].cfg.update(k=-1.0),
                                 r"attribute cfg\['k'\] of _Configured '.*1': 2.0 -> -1.0")
+
+
+class _ClassScaled(nn.Module):
+    scale = 2.0
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_a_class_attribute_the_forward_reads_is_a_guard():
+    m = _ClassScaled()
+    try:
+        _changed_then_same_as_eager(m, lambda: setattr(_ClassScaled, "scale", 3.0),
+                                    r"attribute 'scale' of _ClassScaled.*: 2.0 -> 3.0")
+    finally:
+        _ClassScaled.scale = 2.0
