@@ -513,9 +513,12 @@ class Same:
 
 def _followed(obj: Any) -> bool:
     """An object whose attributes and entries may hold a trace's hyperparameters (a dict, a config, a
-    trainer): not a Python module, a tensor, a module (which guards its own attributes) or MISSING."""
-    return not (obj is MISSING or obj is None or isinstance(obj, (types.ModuleType, Tensor)) or _is_module(obj)
-                or is_plain(obj))
+    trainer, a config module of the user's: `config.LR`): not a library's Python module, a tensor, a
+    module (which guards its own attributes) or MISSING."""
+    if isinstance(obj, types.ModuleType):
+        path = getattr(obj, "__file__", None)
+        return isinstance(path, str) and not os.path.abspath(path).startswith(_LIBRARY_DIRS)
+    return not (obj is MISSING or obj is None or isinstance(obj, Tensor) or _is_module(obj) or is_plain(obj))
 
 
 MAX_HELPERS = 64  # the user's functions followed from a compiled function's names, at most
