@@ -322,6 +322,8 @@ def _text(path: tuple) -> str:
 
 
 def _function(fn: Callable) -> types.FunctionType | None:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     fn = inspect.unwrap(fn) if callable(fn) else fn
     fn = getattr(fn, "__func__", fn)  # a bound method
     return fn if isinstance(fn, types.FunctionType) else None
@@ -339,9 +341,38 @@ def _cell_reader(cell) -> Callable[[], Any]:
 
 def python_value_guards(fn: Callable) -> list[Guard]:
     """Guards on the plain Python values fn names: its closure variables and its module's globals, and
-    those of the functions of the user's it names in turn (a helper reading a global learning rate)."""
+    those of the functions of the user's it names in turn (a helper reading a global learning rate);
+    a functools.partial's function, and its keyword arguments."""
     f = _function(fn)
-    return [] if f is None else function_guards([f], top=f, self_of={f: getattr(fn, "__self__", None)})
+    if f is None:
+        return []
+    out = [Guard(f"keyword arguments of functools.partial {p.func!r}", functools.partial(_sorted_items, p.keywords),
+                 _sorted_items(p.keywords)) for p in _partials(fn) if is_plain(tuple(p.keywords.values()))]
+    return out + function_guards([f], top=f, self_of={f: getattr(fn, "__self__", None)})
+
+
+def _partials(fn: Any) -> Iterator[functools.partial]:
+    while isinstance(fn, functools.partial):
+        yield fn
+        fn = fn.func
+
+
+def _sorted_items(d: dict) -> tuple:
+    return tuple(sorted(d.items(), key=repr))
+
+
+def _default_guards(f: types.FunctionType, by: str) -> list[Guard]:
+    """Guards on f's default arguments (`def step(x, scale=2.0)`, keyword-only ones too), which a call
+    that leaves them out reads: `step.__defaults__ = (3.0,)` re-traces. Defaults that are not plain
+    values (a tensor, a list) are not guarded."""
+    out = []
+    if f.__defaults__ and is_plain(f.__defaults__):
+        out.append(Guard(f"default arguments{by}", functools.partial(getattr, f, "__defaults__"), f.__defaults__))
+    kw = f.__kwdefaults__
+    if kw and is_plain(tuple(kw.values())):
+        out.append(Guard(f"keyword-only default arguments{by}",
+                         lambda: _sorted_items(f.__kwdefaults__ or {}), _sorted_items(kw)))
+    return out
 
 
 def function_guards(functions: list, top: Any = None, self_of: dict | None = None) -> list[Guard]:
@@ -360,6 +391,7 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
                  for name, cell in cells.items() if name in derefs_read]
         reads += [(f"global {name!r}{by}", functools.partial(f.__globals__.get, name, MISSING), True)
                   for name in sorted(globals_read)]
+        out += _default_guards(f, by)
         for kind, name, path in sorted(_chains(f.__code__), key=repr):
             owner = self_of.get(f)
             root = (_cell_reader(cells[name]) if kind == "deref" and name in cells else
