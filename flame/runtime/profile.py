@@ -115,8 +115,9 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
     side = sum(ms for ms, unit, _ in rows if getattr(unit.steps[0], "side", False))
     overlapped = f", {side * 1e3:.1f} us of it on the side stream beside other kernels" if side else ""
     copied = f" and {len(copies)} copies" if copies else ""
+    timed = " and ".join(sorted(how))
     lines = [f"== {plan.name}: {len(rows)} kernels{copied}, {total * 1e3:.1f} us of GPU time per step{overlapped} "
-             f"(copy bandwidth {peak_gbs:.0f} GB/s; each kernel alone, timed by {' and '.join(sorted(how))}, on {on}) =="]
+             f"(copy bandwidth {peak_gbs:.0f} GB/s; each kernel alone, timed by {timed}, on {on}) =="]
     for ms, unit, rate in sorted(rows, key=lambda r: -r[0]):
         pct = ""
         if rate.endswith("GB/s"):

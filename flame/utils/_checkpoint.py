@@ -80,7 +80,8 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
     backward() recomputes the whole forward graph anyway. use_reentrant=True (torch's default when it
     is not given, with torch's warning) is torch's reentrant variant: keyword arguments for the
     function, context_fn and debug are ValueErrors, and when no tensor argument requires grad the
-    result records no gradient (torch's warning; the parameters the function reads get none). context_fn, determinism_check and debug are otherwise accepted and ignored.
+    result records no gradient (torch's warning; the parameters the function reads get none).
+    context_fn, determinism_check and debug are otherwise accepted and ignored.
 
     policy (JAX's checkpoint policies): None or "save_nothing" (checkpoint_policies.nothing_saveable)
     recomputes everything; "save_matmuls" (dots_saveable) keeps the matmuls' results and recomputes the
