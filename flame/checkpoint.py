@@ -25,6 +25,7 @@ from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame.errors import CheckpointError
 from flame.frontend.context import no_grad
 from flame.frontend.creation import as_tensor as share_tensor
+from flame.frontend.parameter import Parameter
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 
@@ -341,8 +342,6 @@ def _grad_kind(v: Any) -> str | None:
 
 def _regrad(path: Any, tensors: dict[str, Tensor], grad: Any) -> None:
     """Make the tensors that were saved as Parameters, or needing gradients, so again."""
-    from flame.nn.parameter import Parameter
-
     kinds = ("parameter", "frozen parameter", "requires_grad")
     if not isinstance(grad, dict) or not all(k in tensors and v in kinds for k, v in grad.items()):
         raise CheckpointError(f"{_where(path)!r}: {_GRAD_KEY} does not map tensor names to one of {kinds}")
