@@ -56,21 +56,17 @@ def _shared(lib):
     }
 
 
+def _tensors(obj) -> list:
+    """The tensors in obj (nested dicts, lists and tuples), in order."""
+    if isinstance(obj, (torch.Tensor, flame.Tensor)):
+        return [obj]
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return [t for o in items for t in _tensors(o)]
+
+
 def _identity_pattern(obj) -> list[int]:
     """For each tensor in obj (in order), the index of the first tensor that is the same object."""
-    found: list = []
-
-    def walk(o):
-        if isinstance(o, (torch.Tensor, flame.Tensor)):
-            found.append(o)
-        elif isinstance(o, dict):
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                walk(v)
-
-    walk(obj)
+    found = _tensors(obj)
     return [next(i for i, f in enumerate(found) if f is t) for t in found]
 
 
@@ -112,20 +108,7 @@ def _grads(lib):
 
 def _grad_form(obj) -> list:
     """Each tensor's class name and requires_grad, in order."""
-    found: list = []
-
-    def walk(o):
-        if isinstance(o, (torch.Tensor, flame.Tensor)):
-            found.append((type(o).__name__, o.requires_grad))
-        elif isinstance(o, dict):
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                walk(v)
-
-    walk(obj)
-    return found
+    return [(type(t).__name__, t.requires_grad) for t in _tensors(obj)]
 
 
 @pytest.mark.parametrize("what", list(_grads(torch)))
