@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import ArgumentError, ShapeError
+from flame.errors import ShapeError
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
 from flame.utils.data.dataset import IterableDataset, TensorDataset
@@ -74,7 +74,6 @@ def default_collate(batch: list) -> Any:
     if isinstance(elem, float):
         return tensor(list(batch), dtype="f64")
     if isinstance(elem, (bool, int)):
-        _check_int64(batch)
         return tensor(list(batch))
     if isinstance(elem, collections.abc.Mapping):
         return _collate_mapping(elem, batch)
@@ -109,20 +108,6 @@ def _torch_promoted(batch: list) -> list:
 
     target = functools.reduce(promote_types, [dtype_of(d) for d in dtypes]).np_dtype
     return [np.asarray(b, target) for b in batch]
-
-
-def _check_int64(batch: list) -> None:
-    """A batch of Python ints (and bools) that makes an int64 tensor holds no int beyond int64's range:
-    torch's ValueError, where a conversion would wrap it around. A float in the batch makes it a float
-    tensor, which holds any int."""
-    if any(isinstance(b, float) for b in batch):
-        return
-    for i, b in enumerate(batch):
-        if isinstance(b, int) and not -(1 << 63) <= b < (1 << 63):
-            raise ArgumentError(
-                f"Overflow when unpacking long long: default_collate: the int {b} at position {i} of the batch "
-                "does not fit in the int64 tensor a batch of ints makes (-2**63 to 2**63 - 1)"
-            )
 
 
 def _check_same_shape(shapes: list) -> None:
