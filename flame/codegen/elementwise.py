@@ -22,6 +22,7 @@ from flame.ir import symbolic
 from flame.ir.dtypes import DType, f64
 from flame.ir.graph import Op
 from flame.ir.indexmap import broadcast
+from flame.ir.ops.random import unit_bits
 from flame.ir.registry import get, is_fill
 
 
@@ -56,8 +57,13 @@ def _triangle_fields(op: Op, expr_dtype: DType) -> dict[str, str]:
     return {"rows": f"{rows}u", "cols": f"{cols}u", "k": f"{op.attrs['k']}LL"}
 
 
+def _random_fields(op: Op, expr_dtype: DType) -> dict[str, str]:
+    return {"bits": str(unit_bits(op.out.dtype))}
+
+
 # fields an op's snippet reads beside its attributes (per-op code, as the snippets are)
-_EXTRA_FIELDS = {"arange": _arange_fields, "triu": _triangle_fields, "tril": _triangle_fields}
+_EXTRA_FIELDS = {"arange": _arange_fields, "triu": _triangle_fields, "tril": _triangle_fields,
+                 "random_uniform": _random_fields, "random_normal": _random_fields}
 
 
 def _fields(op: Op, expr_dtype: DType) -> dict[str, str]:

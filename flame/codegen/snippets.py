@@ -108,8 +108,9 @@ SNIPPETS: dict[str, dict[str, str]] = {
     "arange": {"int": "({start} + {step} * ({ctype})i)", "*": "({start} + {step} * (double)i)"},
     "triu": {"*": "(((long long)(i % {cols}) - (long long)((i / {cols}) % {rows}) >= {k}) ? {0} : ({ctype})0)"},
     "tril": {"*": "(((long long)(i % {cols}) - (long long)((i / {cols}) % {rows}) <= {k}) ? {0} : ({ctype})0)"},
-    "random_uniform": {"*": "flame_uniform((unsigned long long){0}, (unsigned long long){1} + i)"},
-    "random_normal": {"*": "flame_normal((unsigned long long){0}, (unsigned long long){1} + i)"},
+    # {bits}: the random bits of each uniform number (flame.ir.ops.random.unit_bits), 24 or 53
+    "random_uniform": {"*": "flame_uniform_{bits}((unsigned long long){0}, (unsigned long long){1} + i)"},
+    "random_normal": {"*": "flame_normal_{bits}((unsigned long long){0}, (unsigned long long){1} + i)"},
 }
 
 # Device functions some snippets call, each guarded so that several kernels can share one module.
@@ -130,18 +131,33 @@ __device__ __forceinline__ uint4 flame_philox(unsigned long long seed, unsigned 
   }
   return make_uint4(c0, c1, c2, c3);
 }
-// top 24 bits as a double in [0, 1) (exact)
+// top 24 bits of w as a double in [0, 1) (exact)
 __device__ __forceinline__ double flame_bits_to_unit(unsigned int w) {
   return (double)(w >> 8) * (1.0 / 16777216.0);
 }
-__device__ __forceinline__ double flame_uniform(unsigned long long seed, unsigned long long c) {
+// 53 bits, exact: the top 24 of hi (flame_bits_to_unit(hi)'s) followed by the top 29 of lo
+__device__ __forceinline__ double flame_bits_to_unit53(unsigned int hi, unsigned int lo) {
+  return (double)(((unsigned long long)(hi >> 8) << 29) | (unsigned long long)(lo >> 3)) *
+         (1.0 / 9007199254740992.0);
+}
+__device__ __forceinline__ double flame_uniform_24(unsigned long long seed, unsigned long long c) {
   return flame_bits_to_unit(flame_philox(seed, c).x);
 }
+__device__ __forceinline__ double flame_uniform_53(unsigned long long seed, unsigned long long c) {
+  const uint4 w = flame_philox(seed, c);
+  return flame_bits_to_unit53(w.x, w.y);
+}
 // Box-Muller in double, as the reference: u1 in (0, 1] so the log is finite
-__device__ __forceinline__ double flame_normal(unsigned long long seed, unsigned long long c) {
+__device__ __forceinline__ double flame_normal_24(unsigned long long seed, unsigned long long c) {
   const uint4 w = flame_philox(seed, c);
   const double u1 = flame_bits_to_unit(w.x) + (1.0 / 16777216.0);
   const double u2 = flame_bits_to_unit(w.y);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+__device__ __forceinline__ double flame_normal_53(unsigned long long seed, unsigned long long c) {
+  const uint4 w = flame_philox(seed, c);
+  const double u1 = flame_bits_to_unit53(w.x, w.z) + (1.0 / 9007199254740992.0);
+  const double u2 = flame_bits_to_unit53(w.y, w.w);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 #endif"""

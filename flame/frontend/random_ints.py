@@ -1,8 +1,9 @@
 """Uniform integers in [low, high) from flame's random stream, shared by torch.randint, randint_like and
 Tensor.random_, with torch's bounds checks.
 
-The stream gives 24-bit uniform words (flame/ir/ops/random.py); they are joined into uniform integers
-of as many bits as a range needs. A range r that is a power of two takes exactly its bits. A range up
+The stream gives 24-bit uniform words (flame/ir/ops/random.py: the top 24 bits of each float64 draw,
+so the integers equal those drawn from float32's words); they are joined into uniform integers of as
+many bits as a range needs. A range r that is a power of two takes exactly its bits. A range up
 to 2**31 takes k % r of a k 32 bits wider than r: within 2**-32 of uniform. A wider range keeps the
 first of _ROUNDS candidates of r's bit length that falls below r (each does with probability above
 1/2), so it is uniform unless none does (probability below 2**-16); torch's 64-bit modulo favours the
@@ -67,7 +68,7 @@ def check_bounds(low: int, high: int, dt: DType) -> None:
 def _bits(generator, shape: tuple[int, ...], bits: int) -> Tensor:
     """A uniform integer of `bits` bits (at most 63) per element, an i64 tensor, from ceil(bits / 24) words."""
     words = math.ceil(bits / _WORD)
-    u = generator.draw("random_uniform", (words, *shape), f64)  # each a multiple of 2**-24 in [0, 1)
+    u = generator.draw("random_uniform", (words, *shape), f64)  # one word each: its top 24 bits
     k, placed_bits = None, 0
     for w in range(words):
         take = min(_WORD, bits - placed_bits)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flame.codegen import lower, single
-from flame.ir import Builder, Graph, TensorType, bf16, f16, f32, i64
+from flame.ir import Builder, Graph, TensorType, bf16, f16, f32, f64, i64
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -44,6 +44,11 @@ def _random_normal_f32(b, g):
     b.random_normal(seed, offset, shape=(16, 16), dtype=f32)
 
 
+def _random_uniform_f64(b, g):  # 53 random bits per number (two Philox words)
+    seed, offset = g.add_input(TensorType((), i64)), g.add_input(TensorType((), i64))
+    b.random_uniform(seed, offset, shape=(16, 16), dtype=f64)
+
+
 CASES = {
     f.__name__.lstrip("_"): f
     for f in (
@@ -54,6 +59,7 @@ CASES = {
         _permute_tiled_bf16,
         _permute_runs_f16,
         _random_normal_f32,
+        _random_uniform_f64,
     )
 }
 

@@ -760,16 +760,24 @@ def _philox(counter: int, key: int) -> tuple[int, int, int, int]:
 
 
 def _random_oracle(normal):
+    """torch's resolution: a float64 uniform carries 53 random bits (the top 24 of one Philox word, then the
+    top 29 of another), a narrower dtype's 24."""
     def oracle(seed, offset, shape, dtype):
+        wide = dtype.np_dtype == np.float64
+        bits = 53 if wide else 24
+
+        def unit(hi, lo):
+            return (((hi >> 8) << 29) | (lo >> 3)) / 2**53 if wide else (hi >> 8) / 2**24
+
         out = []
         for i in range(math.prod(shape)):
             w = _philox(int(offset) + i, int(seed))
-            u1 = (w[0] >> 8) / 2**24
+            u1 = unit(w[0], w[2] if normal else w[1])
             if not normal:
                 out.append(u1)
                 continue
-            u2 = (w[1] >> 8) / 2**24
-            out.append(math.sqrt(-2 * math.log(u1 + 2**-24)) * math.cos(2 * math.pi * u2))
+            u2 = unit(w[1], w[3])
+            out.append(math.sqrt(-2 * math.log(u1 + 2**-bits)) * math.cos(2 * math.pi * u2))
         return np.array(out, np.float64).reshape(shape)
     return oracle
 

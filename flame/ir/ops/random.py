@@ -1,6 +1,10 @@
 """Counter-based random numbers (Philox4x32-10). The seed and the offset are graph inputs (i64
 scalars), so a step is reproducible and replayable: element i of a draw uses counter offset + i and
-key seed. The CUDA snippet implements the same function bit for bit on the integer side."""
+key seed. The CUDA snippet implements the same function bit for bit on the integer side.
+
+A uniform number carries as many random bits as its dtype's significand: 53 in float64 (torch's
+float64 uniform does too), 24 in the narrower dtypes. The 53 bits are the top 24 of one word followed
+by the top 29 of another, so a float64 draw's top 24 bits are the narrower draw of the same counter."""
 
 from __future__ import annotations
 
@@ -38,20 +42,36 @@ def _counters(shape, offset):
     return np.arange(n, dtype=np.uint64) + np.uint64(int(offset) & 0xFFFFFFFFFFFFFFFF)
 
 
-def uniform_bits_to_float(word: np.ndarray) -> np.ndarray:
-    """The top 24 bits of a uint32 word as a float in [0, 1)."""
-    return (word >> np.uint64(8)).astype(np.float64) * (1.0 / (1 << 24))
+NARROW_BITS, WIDE_BITS = 24, 53
+
+
+def unit_bits(dtype) -> int:
+    """The random bits of each uniform number a draw of `dtype` carries: 53 in float64, else 24."""
+    return WIDE_BITS if dtype.is_float and dtype.itemsize == 8 else NARROW_BITS
+
+
+def uniform_bits_to_float(word: np.ndarray, low: np.ndarray | None = None) -> np.ndarray:
+    """The top 24 bits of a uint32 word as a float in [0, 1); with a second word `low`, its top 29 bits
+    follow them: 53 bits, exact in float64."""
+    top = word >> np.uint64(32 - NARROW_BITS)
+    if low is None:
+        return top.astype(np.float64) * 2.0**-NARROW_BITS
+    rest = WIDE_BITS - NARROW_BITS
+    return ((top << np.uint64(rest)) | (low >> np.uint64(32 - rest))).astype(np.float64) * 2.0**-WIDE_BITS
 
 
 def _uniform_ref(seed, offset, shape, dtype):
     w = philox4x32(_counters(shape, offset), int(seed))
-    return uniform_bits_to_float(w[0]).reshape(shape).astype(dtype.np_dtype)
+    u = uniform_bits_to_float(w[0], w[1] if unit_bits(dtype) == WIDE_BITS else None)
+    return u.reshape(shape).astype(dtype.np_dtype)
 
 
 def _normal_ref(seed, offset, shape, dtype):
     w = philox4x32(_counters(shape, offset), int(seed))
-    u1 = (uniform_bits_to_float(w[0]) + (1.0 / (1 << 24)))  # (0, 1]: log is finite
-    u2 = uniform_bits_to_float(w[1])
+    bits = unit_bits(dtype)
+    wide = bits == WIDE_BITS
+    u1 = uniform_bits_to_float(w[0], w[2] if wide else None) + 2.0**-bits  # (0, 1]: log is finite
+    u2 = uniform_bits_to_float(w[1], w[3] if wide else None)
     z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
     return z.reshape(shape).astype(dtype.np_dtype)
 

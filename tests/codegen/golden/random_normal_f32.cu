@@ -1,4 +1,4 @@
-// ---- kernel random_normal_f32_16x16_bcast_ba2c7945: grid=1 block=64 scratch=0
+// ---- kernel random_normal_f32_16x16_bcast_a849f793: grid=1 block=64 scratch=0
 // flame kernel for IR op: %2 = random_normal %0, %1 {shape=[16, 16], dtype=f32} : f32[16,16]
 //   inputs: %0: i64[], %1: i64[]
 #ifndef FLAME_PHILOX
@@ -18,18 +18,33 @@ __device__ __forceinline__ uint4 flame_philox(unsigned long long seed, unsigned 
   }
   return make_uint4(c0, c1, c2, c3);
 }
-// top 24 bits as a double in [0, 1) (exact)
+// top 24 bits of w as a double in [0, 1) (exact)
 __device__ __forceinline__ double flame_bits_to_unit(unsigned int w) {
   return (double)(w >> 8) * (1.0 / 16777216.0);
 }
-__device__ __forceinline__ double flame_uniform(unsigned long long seed, unsigned long long c) {
+// 53 bits, exact: the top 24 of hi (flame_bits_to_unit(hi)'s) followed by the top 29 of lo
+__device__ __forceinline__ double flame_bits_to_unit53(unsigned int hi, unsigned int lo) {
+  return (double)(((unsigned long long)(hi >> 8) << 29) | (unsigned long long)(lo >> 3)) *
+         (1.0 / 9007199254740992.0);
+}
+__device__ __forceinline__ double flame_uniform_24(unsigned long long seed, unsigned long long c) {
   return flame_bits_to_unit(flame_philox(seed, c).x);
 }
+__device__ __forceinline__ double flame_uniform_53(unsigned long long seed, unsigned long long c) {
+  const uint4 w = flame_philox(seed, c);
+  return flame_bits_to_unit53(w.x, w.y);
+}
 // Box-Muller in double, as the reference: u1 in (0, 1] so the log is finite
-__device__ __forceinline__ double flame_normal(unsigned long long seed, unsigned long long c) {
+__device__ __forceinline__ double flame_normal_24(unsigned long long seed, unsigned long long c) {
   const uint4 w = flame_philox(seed, c);
   const double u1 = flame_bits_to_unit(w.x) + (1.0 / 16777216.0);
   const double u2 = flame_bits_to_unit(w.y);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+__device__ __forceinline__ double flame_normal_53(unsigned long long seed, unsigned long long c) {
+  const uint4 w = flame_philox(seed, c);
+  const double u1 = flame_bits_to_unit53(w.x, w.z) + (1.0 / 9007199254740992.0);
+  const double u2 = flame_bits_to_unit53(w.y, w.w);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 #endif
@@ -39,7 +54,7 @@ __device__ __forceinline__ double flame_normal(unsigned long long seed, unsigned
 // N elements moved as one aligned load/store of N * sizeof(T) bytes
 template <typename T, int N> struct __align__(sizeof(T) * N) flame_vec { T v[N]; };
 #endif
-extern "C" __global__ void __launch_bounds__(64) random_normal_f32_16x16_bcast_ba2c7945(const long long* __restrict__ in0, const long long* __restrict__ in1, float* __restrict__ out) {
+extern "C" __global__ void __launch_bounds__(64) random_normal_f32_16x16_bcast_a849f793(const long long* __restrict__ in0, const long long* __restrict__ in1, float* __restrict__ out) {
   typedef unsigned int idx_t;
   typedef int off_t;
   const idx_t n = 256u;
@@ -55,16 +70,16 @@ extern "C" __global__ void __launch_bounds__(64) random_normal_f32_16x16_bcast_b
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const idx_t i = v * 4u + j;
-        res.v[j] = ((float)(flame_normal((unsigned long long)a0, (unsigned long long)a1 + i)));
+        res.v[j] = ((float)(flame_normal_24((unsigned long long)a0, (unsigned long long)a1 + i)));
       }
       reinterpret_cast<flame_vec<float, 4>*>(out)[v] = res;
     }
     for (idx_t i = nv * 4u + first; i < n; i += step) {  // the tail
-      out[i] = ((float)(flame_normal((unsigned long long)a0, (unsigned long long)a1 + i)));
+      out[i] = ((float)(flame_normal_24((unsigned long long)a0, (unsigned long long)a1 + i)));
     }
     return;
   }
   for (idx_t i = first; i < n; i += step) {
-    out[i] = ((float)(flame_normal((unsigned long long)a0, (unsigned long long)a1 + i)));
+    out[i] = ((float)(flame_normal_24((unsigned long long)a0, (unsigned long long)a1 + i)));
   }
 }
