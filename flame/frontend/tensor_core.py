@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
-from flame.frontend import autocast, opmath
+from flame.frontend import autocast, legacy_types, opmath
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.default_dtype import as_floating, floating
@@ -75,9 +75,8 @@ class TensorCore:
 
     @property
     def data(self) -> Tensor:
-        """The same values outside autograd, as torch's .data: eagerly a tensor sharing this one's
-        buffer (a write through it is seen here, and records no gradient history); while tracing,
-        `detach()`."""
+        """The same values outside autograd, as torch's .data: eagerly a tensor sharing this one's buffer (a
+        write through it is seen here, and records no gradient history); while tracing, `detach()`."""
         if self._value is not None:
             return self.detach()
         out = Tensor._concrete(self._data, self._dtype)
@@ -101,6 +100,9 @@ class TensorCore:
             with no_grad():
                 self.copy_(value.detach())
             return
+        if self.requires_grad and not value.dtype.is_floating_point:  # torch's check, a Parameter's too
+            raise RuntimeError(f"data set to a tensor that requires gradients must be floating point or complex "
+                               f"dtype (got {value.dtype})\n  at {user_location()}")
         self._data, self._dtype = value._data, value._dtype
         self._version += 1
 
@@ -127,9 +129,9 @@ class TensorCore:
             out = out if dt == out.dtype else apply("cast", out, dtype=dt)
         return out.clone() if copy and out is self else out
 
-    def type(self, dtype=None):
-        """The dtype's name without an argument; with one, a conversion (as to(dtype))."""
-        return f"flame.{self.dtype.name}" if dtype is None else self.to(dtype)
+    def type(self, dtype=None, non_blocking: bool = False):
+        """torch's: the type's name ("flame.FloatTensor"), or this tensor converted (frontend/legacy_types.py)."""
+        return legacy_types.type_name(self) if dtype is None else legacy_types.converted(self, dtype, non_blocking)
 
     def float(self) -> Tensor:
         return self.to(f32)

@@ -698,6 +698,11 @@ class TensorOps:
         """False: a flame tensor is never a page-locked host copy (see pin_memory)."""
         return False
 
+    def share_memory_(self):
+        """self, unchanged, as torch's returns it: flame has no storage shared between processes (a tensor
+        sent to another process is pickled, a copy), so there is nothing to move."""
+        return self
+
     def contiguous(self, memory_format=None):
         """self when it is contiguous (row-major, no gaps), else a row-major copy (not a view). A
         memory_format changes nothing (flame/frontend/memory_format.py); preserve_format is refused as

@@ -13,13 +13,11 @@ from typing import Any
 from flame.checkpoint import copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.compile import compile as compile_function
-from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad, user_location
-from flame.frontend.creation import zeros
+from flame.frontend.context import TRACING_HOOKS, current_trace, user_location
 from flame.frontend.guards import is_plain, users_function
-from flame.frontend.memory_format import check as check_memory_format
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks, module_load
+from flame.nn.module_convert import ModuleConversion
 from flame.nn.module_hooks import ModuleHooks
 from flame.nn.module_lookup import ModuleLookup, check_new_name
 from flame.nn.module_repr import module_list_repr, module_repr
@@ -87,7 +85,7 @@ def _watch_attributes(tracing: bool) -> None:
 TRACING_HOOKS.append(_watch_attributes)
 
 
-class Module(ModuleHooks, ModuleLookup):
+class Module(ModuleHooks, ModuleLookup, ModuleConversion):
     """Base class of every layer. Assigning a Parameter, a Module or (via register_buffer) a Tensor to
     an attribute registers it, so parameters() and state_dict() find it. Hooks: nn/module_hooks.py."""
 
@@ -324,93 +322,6 @@ class Module(ModuleHooks, ModuleLookup):
                 p.grad = None
             else:
                 p.grad.zero_()
-
-    def to(self, *args: Any, **kwargs: Any) -> Module:
-        """PyTorch's forms: `to(dtype)`, `to(device)`, `to(device, dtype)`, `to(tensor)`,
-        `to(device=..., dtype=...)`. A dtype converts floating-point parameters and buffers in place
-        (the objects stay the same, so optimizers holding them keep working; compiled functions
-        re-trace on the new type). A device ("cpu", "cuda", "cuda:0") must be the device this process
-        runs on (flame runs one executor per process, see Tensor.to), so it moves nothing; another
-        raises a FlameError saying how to choose the device. A .grad is converted with its tensor."""
-        from flame.frontend.tensor import Tensor
-        from flame.runtime.device import is_device
-
-        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-        kwargs.pop("non_blocking", None)
-        check_memory_format("Module.to", kwargs.pop("memory_format", None))  # changes nothing (as Tensor.to)
-        if kwargs:
-            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
-        for a in args:
-            if isinstance(a, Tensor):
-                dtype = a.dtype
-            elif device is None and is_device(a):
-                device = a
-            else:
-                dtype = a
-        if device is not None:
-            for t in list(self.parameters()) + list(self.buffers()):
-                t._to_device(device)  # raises for a device this process does not run on
-        if dtype is None:
-            return self
-        dt = dtype_of(dtype)
-        if not dt.is_floating_point:  # torch's: an integer model is never made by a cast
-            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dt} "
-                            f"(its floating-point parameters and buffers would be cast to it)")
-        with no_grad():
-            for t in list(self.parameters()) + list(self.buffers()):
-                if t.dtype.is_float and t.dtype != dt:
-                    grad = None if t.grad is None else t.grad.detach().to(dt)  # torch converts .grad too
-                    new = t.detach().to(dt)
-                    t._data, t._dtype, t.grad = new._data, dt, grad
-                    t._version += 1
-        return self
-
-    def to_empty(self, *, device: Any, recurse: bool = True) -> Module:
-        """torch's: every parameter and buffer (of this module alone with recurse=False) given new storage of
-        its shape and dtype on `device` (which must be the device this process runs on, as for `to`), the
-        objects staying the same; a .grad too. torch leaves the new storage uninitialized; flame's holds
-        zeros. For a module whose values are then loaded (load_state_dict) or reset (reset_parameters)."""
-        tensors = list(self.parameters(recurse=recurse)) + list(self.buffers(recurse=recurse))
-        with no_grad():
-            for t in tensors + [t.grad for t in tensors if t.grad is not None]:
-                if device is not None:
-                    t._to_device(device)  # raises for a device this process does not run on
-                t._data = zeros(*t.shape, dtype=t.dtype)._data
-                t._version += 1
-        return self
-
-    def _place(self, device: Any) -> None:
-        """A constructor's `device=`, as torch's: None, or the device this process runs on (nothing moves);
-        another device raises as `to` does, and a value that names no device is a TypeError."""
-        if device is None:
-            return
-        from flame.runtime.device import is_device
-
-        if not is_device(device):
-            raise TypeError(
-                f"{type(self).__name__}: device must name a device ('cpu', 'cuda', 'cuda:0'), got {device!r}"
-            )
-        self.to(device)
-
-    def cpu(self) -> Module:
-        return self.to("cpu")
-
-    def cuda(self, device: Any = None) -> Module:
-        return self.to("cuda")
-
-    def float(self) -> Module:
-        return self.to("f32")
-
-    def double(self) -> Module:
-        return self.to("f64")
-
-    def half(self) -> Module:
-        """Floating-point parameters and buffers to f16, in place (as to(flame.float16))."""
-        return self.to("f16")
-
-    def bfloat16(self) -> Module:
-        """Floating-point parameters and buffers to bf16, in place (as to(flame.bfloat16))."""
-        return self.to("bf16")
 
     # ---- calling ----------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):

@@ -1,5 +1,6 @@
 """Module.to_empty against torch's: every parameter and buffer (recurse=False: the module's own) gets new
-storage of its shape and dtype, the objects staying the same (an optimizer holding them keeps working);
+storage of its shape and dtype, each parameter staying the same object (an optimizer holding it keeps
+working) and each buffer replaced, as torch's;
 then load_state_dict gives torch's outputs and gradients in f64; device is keyword-only and required;
 a device this process does not run on raises as Module.to does."""
 
@@ -19,11 +20,13 @@ def _build(lib):
 def test_to_empty_keeps_the_objects_then_loads_as_torch():
     torch.manual_seed(0)
     theirs, mine = _build(torch), _build(flame)
-    before = {k: id(v) for k, v in mine.state_dict(keep_vars=True).items()}
-    for m in (theirs, mine):
+    kept = []
+    for m in (theirs, mine):  # torch's: each Parameter stays the same object, each buffer is a new one
+        before = m.state_dict(keep_vars=True)
         assert m.to_empty(device="cpu") is m
+        kept.append({k: v is before[k] for k, v in m.state_dict(keep_vars=True).items()})
+    assert kept[1] == kept[0]
     after = mine.state_dict(keep_vars=True)
-    assert {k: id(v) for k, v in after.items()} == before
     assert {k: (tuple(v.shape), v.dtype.name) for k, v in after.items()} == {
         k: (tuple(v.shape), {"torch.float64": "f64", "torch.int64": "i64"}[str(v.dtype)])
         for k, v in theirs.state_dict().items()}

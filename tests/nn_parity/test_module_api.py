@@ -338,7 +338,7 @@ def test_reprs_name_what_torchs_name(make):
 @pytest.mark.parametrize("kind", ["ParameterList", "ParameterDict"])
 def test_parameter_container_reprs_list_their_parameters_as_torchs(kind):
     """One line per parameter, `(key): Parameter containing: [<dtype> of size 3x4]`, as torch's (flame's
-    dtype names in the place of torch's)."""
+    dtype and tensor-type names in the place of torch's)."""
     def build(lib):
         values = [lib.ones(2), lib.zeros(3, 4, dtype=lib.float64)]
         container = getattr(lib.nn, kind)(values if kind == "ParameterList" else {"a": values[0], "b": values[1]})
@@ -346,8 +346,8 @@ def test_parameter_container_reprs_list_their_parameters_as_torchs(kind):
         outer.p = container
         return repr(outer)
 
-    names = {"torch.float32": "flame.f32", "torch.float64": "flame.f64", "torch.FloatTensor": "flame.f32",
-             "torch.DoubleTensor": "flame.f64"}
+    names = {"torch.float32": "flame.f32", "torch.float64": "flame.f64", "torch.FloatTensor": "flame.FloatTensor",
+             "torch.DoubleTensor": "flame.DoubleTensor"}
     want = build(torch)
     for theirs, ours in names.items():
         want = want.replace(theirs, ours)
