@@ -6,6 +6,7 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
+from flame.distributions._incomplete_gamma import gammainc
 from flame.distributions.distribution import Distribution
 from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.utils import broadcast_all, finfo_tiny
@@ -168,6 +169,13 @@ class Gamma(ExponentialFamily):
             self._validate_sample(value)
         c, rate = self.concentration, self.rate
         return c.xlogy(rate) + (c - 1).xlogy(value) - rate * value - c.lgamma()
+
+    def cdf(self, value):
+        """gammainc(concentration, rate value), as torch's (its gradient to the concentration raises torch's
+        NotImplementedError; distributions/_incomplete_gamma.py)."""
+        if self._validate_args:
+            self._validate_sample(value)
+        return gammainc(self.concentration, self.rate * value)
 
     def entropy(self):
         """c - log(rate) + lgamma(c) + (1 - c) digamma(c)."""
