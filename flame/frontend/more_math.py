@@ -157,6 +157,9 @@ def vdot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """The dot product of two 1-D tensors (real: dot)."""
     if input.ndim != 1 or other.ndim != 1:
         raise _err(f"vdot: expected 1-D tensors, got {list(input.shape)} and {list(other.shape)}")
+    if input.dtype != other.dtype:  # torch's dot kernel promotes neither
+        raise DTypeError(f"vdot: expected both vectors to have same dtype, but found {input.dtype} and {other.dtype} "
+                         f"(as in PyTorch: convert one with .to)\n  at {user_location()}")
     return (input * other).sum()
 
 

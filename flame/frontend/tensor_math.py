@@ -232,6 +232,9 @@ class TensorMath:
             if dim is None:
                 raise ShapeError(f"cross: no dimension of size 3 in {list(self.shape)}\n  at {user_location()}")
         axis = dim_index("cross", dim, self.ndim)
+        if isinstance(other, Tensor) and other.dtype != self.dtype:  # torch's kernel promotes neither
+            raise DTypeError(f"cross: expected scalar type {self.dtype} but found {other.dtype} (as in PyTorch: "
+                             f"convert one with .to)\n  at {user_location()}")
         if self.shape[axis] != 3 or other.shape[axis] != 3:
             raise ShapeError(
                 f"cross: dimension {dim} must have size 3, got {list(self.shape)} and "

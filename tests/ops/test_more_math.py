@@ -208,3 +208,21 @@ def test_block_diag_promotes_its_inputs_as_torch(mode):
         got = fn(flame.tensor(a), flame.tensor(b))
         assert got.dtype == getattr(flame, str(want.dtype).split(".")[-1])  # torch's dtype names
         np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["vdot", "cross", "linalg.cross"])
+@pytest.mark.parametrize(("first", "second"), [("bfloat16", "float32"), ("float64", "float32"), ("float32", "int64")])
+def test_vdot_and_cross_of_mixed_dtypes_raise_as_torch(name, first, second, mode):
+    """torch's dot and cross kernels promote neither input: a pair of dtypes raises a RuntimeError."""
+    def call(lib, a, b):
+        fn = lib.linalg.cross if name == "linalg.cross" else getattr(lib, name)
+        return fn(a, b)
+
+    a, b = randn(3), randn(3, key=1)
+    with pytest.raises(RuntimeError) as theirs:
+        call(torch, torch.tensor(a).to(getattr(torch, first)), torch.tensor(b).to(getattr(torch, second)))
+    run = (lambda x, y: call(flame, x, y)) if mode == "eager" else flame.compile(lambda x, y: call(flame, x, y))
+    with pytest.raises(RuntimeError, match="dtype|scalar type") as mine:
+        run(flame.tensor(a).to(getattr(flame, first)), flame.tensor(b).to(getattr(flame, second)))
+    assert ("dtype" in str(theirs.value)) == ("dtype" in str(mine.value).split("(as in")[0])
