@@ -65,7 +65,7 @@ SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
 
-@policy("f32")  # autocast: on PyTorch's float32 list
+@policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
 @composite
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as PyTorch."""
@@ -313,13 +313,13 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
     return where(input > 0, input, input * weight)
 
 
-@policy("f32")  # autocast: on PyTorch's float32 list
+@policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
     """x / max(||x||_p along dim, eps)."""
     return input / vector_norm(input, p, dim, keepdim=True).clamp(min=eps)
 
 
-@policy("f32")  # autocast: on PyTorch's float32 list
+@policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps)) along dim, as PyTorch's: x1 and x2 broadcast
     first (a norm runs over the broadcast size), and each norm is clamped on its own, the clamp passing
@@ -334,7 +334,8 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
     return ((x1 / n1) * (x2 / n2)).sum(dim)
 
 
-@policy("f32")  # autocast: PyTorch's pairwise_distance is a norm, on its float32 list
+# autocast: PyTorch's pairwise_distance is a norm, on its CUDA float32 list; on none of its CPU lists
+@policy("f32", cpu="")
 def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
     """||x1 - x2 + eps||_p over the last dim."""
     return vector_norm(x1 - x2 + eps, p, -1, keepdim=keepdim)
@@ -399,7 +400,7 @@ def kl_div(
     return _loss_reduce(point, reduction)
 
 
-@policy("promote")  # autocast: on PyTorch's promote list: the widest input
+@policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y[..., o] = sum_ij input1[..., i] * weight[o, i, j] * input2[..., j] (+ bias[o]), as PyTorch."""
     o, i, j = weight.shape

@@ -1,9 +1,11 @@
 """Automatic mixed precision: `with flame.autocast(dtype=flame.bf16):` (PyTorch's torch.autocast).
 
-Inside the region every op picks its dtype exactly as PyTorch's CUDA autocast does, by a policy
-declared once per op: primitive ops carry it as the `autocast` trait of their OpDef, and the
-composites (flame.nn.functional, the Tensor methods) declare theirs with `@policy(...)` beside their
-definition. The policies are torch's three lists and the rest:
+Inside the region every op picks its dtype exactly as PyTorch's autocast for the region's device_type
+does, by a policy declared once per op: primitive ops carry it as the `autocast` (CUDA) and
+`autocast_cpu` traits of their OpDef, and the composites (flame.nn.functional, the Tensor methods)
+declare theirs with `@policy(cuda_policy, cpu=cpu_policy)` beside their definition (cpu omitted: the
+same on both). A region of device_type "cpu" (or "reference", flame's CPU executor) follows torch's
+CPU lists, one of "cuda" its CUDA lists. The CUDA policies are torch's three CUDA lists and the rest:
 - "lower" (torch's "CUDA Ops that can autocast to float16"): run in the autocast dtype (matmul,
   linear, the convolutions, attention): f32/f16/bf16 inputs are cast to it;
 - "f32" ("CUDA Ops that can autocast to float32"): run in f32 (exp, log, pow, rsqrt, sum, prod,
@@ -12,6 +14,10 @@ definition. The policies are torch's three lists and the rest:
   floating inputs are cast to the widest of them;
 - "" (none of the lists: mean, max, relu, gelu, add, var, batch_norm, ...): the op runs in its
   inputs' dtype, as outside a region (several floating dtypes: type promotion, the widest).
+torch's CPU lists are shorter: "lower" holds the GEMMs, convolutions, prelu and attention (not addmv, addr
+or the recurrent cells), "f32" the losses, prod, cdist, trace, the 3-d pools, the reflection / replication
+pads, grid_sample and the linear algebra (not the elementwise math, softmax, sum, cumsum or the norms),
+"promote" only cat, stack and index_copy.
 f64 inputs are never cast. As in PyTorch, a composite runs its body with autocast off: its policy
 alone decides, so a var of bf16 is bf16 although flame computes it through a sum. Every cast is
 an ordinary `cast` op, so the IR shows it, autodiff casts the gradient back (a gradient has its
@@ -25,6 +31,7 @@ e5m2 gradients, per-tensor scales as the recipe says) and everything else as aut
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
@@ -70,13 +77,18 @@ class Float8Recipe:
             raise ArgumentError(f"Float8Recipe: margin must be a non-negative int, got {self.margin!r}")
 
 
+CPU_LISTS = ("cpu", "reference")  # device types whose regions follow torch's CPU op lists
+
+
 @dataclass(frozen=True)
 class AutocastState:
-    """Whether autocast is on, its low-precision dtype, and the FP8 recipe of an FP8 region."""
+    """Whether autocast is on, its low-precision dtype, the FP8 recipe of an FP8 region, and whether the
+    region follows torch's CPU op lists (device_type "cpu" or "reference") rather than its CUDA ones."""
 
     enabled: bool = False
     dtype: DType = f16
     fp8: Float8Recipe | None = None
+    cpu_lists: bool = False
 
 
 _OFF = AutocastState()
@@ -95,6 +107,12 @@ def is_autocast_enabled(device_type: str | None = None) -> bool:
     if device_type is not None:
         _device_type(device_type, "is_autocast_enabled")
     return _state.get().enabled
+
+
+def cpu_lists() -> bool:
+    """True inside an enabled region that follows torch's CPU op lists (device_type "cpu" or "reference")."""
+    st = _state.get()
+    return st.enabled and st.cpu_lists
 
 
 def get_autocast_dtype(device_type: str | None = None) -> DType:
@@ -124,13 +142,15 @@ def cache_key() -> tuple:
     st = _state.get()
     if not st.enabled:
         return ()
-    return ("autocast", st.dtype.name) + ((repr(st.fp8),) if st.fp8 is not None else ())
+    lists = "cpu" if st.cpu_lists else "cuda"
+    return ("autocast", st.dtype.name, lists) + ((repr(st.fp8),) if st.fp8 is not None else ())
 
 
 class autocast:  # noqa: N801 - PyTorch's name
     """`with flame.autocast(dtype=flame.bf16):` or `flame.autocast("cuda", dtype=flame.float16)`, also
-    as a decorator. device_type ("cuda", "cpu" or "reference") only picks the default dtype, as in
-    PyTorch (float16 for cuda, bfloat16 for cpu); flame runs on the current device either way.
+    as a decorator. device_type ("cuda", "cpu" or "reference") picks the default dtype, as in PyTorch
+    (float16 for cuda, bfloat16 for cpu), and the op lists: torch's CUDA lists for "cuda", its CPU lists
+    for "cpu" and "reference" (module doc); flame runs on the current device either way.
     dtype=flame.float8_e4m3fn (the default Float8Recipe) or a Float8Recipe trains in FP8 (module doc).
     As torch's, "cuda" takes any floating dtype as the one "lower" ops run in (float32 included), while "cpu"
     and "reference" take bfloat16 / float16 only: another dtype warns and leaves the region disabled.
@@ -163,7 +183,8 @@ class autocast:  # noqa: N801 - PyTorch's name
         self._tokens: list = []
 
     def __enter__(self) -> autocast:
-        self._tokens.append(_state.set(AutocastState(self.enabled, self.fast_dtype, self.fp8)))
+        state = AutocastState(self.enabled, self.fast_dtype, self.fp8, self.device_type in CPU_LISTS)
+        self._tokens.append(_state.set(state))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -196,11 +217,15 @@ def _eligible(policy: str, dt: DType) -> bool:
     return policy != "f32" or dt in LOW
 
 
-def cast_inputs(policy: str, inputs: tuple) -> tuple:
-    """`inputs` with their floating-point tensors cast as `policy` says inside an enabled region
+def cast_inputs(policy: str, inputs: tuple, cpu: str | None = None) -> tuple:
+    """`inputs` with their floating-point tensors cast as `policy` (torch's CUDA list of the op) says inside
+    an enabled region, or as `cpu` (its CPU list; None: the same) inside a region following the CPU lists
     (see the module docstring); other values and everything outside a region pass through."""
-    if not _state.get().enabled:
+    st = _state.get()
+    if not st.enabled:
         return inputs
+    if st.cpu_lists and cpu is not None:
+        policy = cpu
     dtypes = [x.dtype for x in inputs if isinstance(x, Tensor) and _eligible(policy, x.dtype)]
     target = _target(policy, dtypes) if dtypes else None
     if target is None:
@@ -211,14 +236,16 @@ def cast_inputs(policy: str, inputs: tuple) -> tuple:
 POLICIES = ("lower", "f32", "promote", "")  # what a composite may declare (OpDef traits add "keep")
 
 
-def policy(kind: str) -> Callable[[Callable], Callable]:
+def policy(kind: str, cpu: str | None = None) -> Callable[[Callable], Callable]:
     """Decorator declaring a composite function's autocast policy ("lower", "f32", "promote" or ""
-    for none of torch's lists; module docstring): inside a region its tensor arguments are cast at
-    entry as PyTorch's autocast casts the op of that name (not when it is given an explicit dtype=;
-    "" casts nothing: the body promotes as it does outside a region), and its body runs with autocast
-    off (as torch's autocast runs an op's kernel), so the ops it is made of cast nothing more."""
-    if kind not in POLICIES:
-        raise ValueError(f"autocast.policy: unknown policy {kind!r}; expected one of {POLICIES}")
+    for none of torch's lists; module docstring): `kind` on torch's CUDA lists, `cpu` on its CPU lists
+    (None: the same). Inside a region its tensor arguments are cast at entry as PyTorch's autocast casts
+    the op of that name (not when it is given an explicit dtype=; "" casts nothing: the body promotes as
+    it does outside a region), and its body runs with autocast off (as torch's autocast runs an op's
+    kernel), so the ops it is made of cast nothing more."""
+    for k in (kind, cpu):
+        if k is not None and k not in POLICIES:
+            raise ValueError(f"autocast.policy: unknown policy {k!r}; expected one of {POLICIES}")
 
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -226,17 +253,18 @@ def policy(kind: str) -> Callable[[Callable], Callable]:
             st = _state.get()
             if not st.enabled:
                 return fn(*args, **kwargs)
-            if kind and kwargs.get("dtype") is None:  # PyTorch: an op given an explicit dtype= is not cast
-                args = cast_inputs(kind, args)
+            now = cpu if st.cpu_lists and cpu is not None else kind
+            if now and kwargs.get("dtype") is None:  # PyTorch: an op given an explicit dtype= is not cast
+                args = cast_inputs(now, args)
                 names = list(kwargs)
-                kwargs = dict(zip(names, cast_inputs(kind, tuple(kwargs[n] for n in names))))
-            token = _state.set(AutocastState(False, st.dtype, st.fp8))
+                kwargs = dict(zip(names, cast_inputs(now, tuple(kwargs[n] for n in names))))
+            token = _state.set(dataclasses.replace(st, enabled=False))
             try:
                 return fn(*args, **kwargs)
             finally:
                 _state.reset(token)
 
-        run.autocast = kind
+        run.autocast, run.autocast_cpu = kind, kind if cpu is None else cpu
         return run
 
     return wrap

@@ -169,7 +169,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     the `View.strided` trait) makes an eager view sharing its input's storage (frontend/views.py)."""
     opdef = _OPS.get(name) or registry.get(name)
     if _autocast.get().enabled:
-        inputs = autocast.cast_inputs(opdef.autocast, inputs)
+        inputs = autocast.cast_inputs(opdef.autocast, inputs, opdef.autocast_cpu)
     attrs_key = ()  # (infer's key of the attributes: normalized_keyed's)
     if attrs or opdef.attrs:  # (an op without attributes, given none: nothing to normalize)
         try:

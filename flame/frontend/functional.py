@@ -121,7 +121,7 @@ def _empty_along(x: Tensor, dim: int) -> bool:
     return x.ndim > 0 and -x.ndim <= dim < x.ndim and x.shape[dim] == 0
 
 
-@policy("f32")  # autocast: runs in f32, as on PyTorch's list
+@policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
 def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
     """exp(x) / sum(exp(x)) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
@@ -154,7 +154,7 @@ def _softmax(x: Tensor, dim: int) -> Tensor:
     return e / e.sum(dim, keepdim=True)
 
 
-@policy("f32")  # autocast: runs in f32, as on PyTorch's list
+@policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     x = as_floating(x)  # integers and bools: in the default float dtype (x - max must not wrap), as torch's
     if _empty_along(x, dim):  # the sum of no terms: log(0) = -inf, as in PyTorch
@@ -166,7 +166,7 @@ def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     return out if keepdim else out.squeeze(dim)
 
 
-@policy("f32")  # autocast: runs in f32, as on PyTorch's list
+@policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
     """x - logsumexp(x) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
@@ -206,7 +206,7 @@ def _rounded_log_softmax(x: Tensor, dim: int) -> Tensor:
     return apply("straight_through", form.to(x.dtype), value)
 
 
-@policy("f32")  # autocast: runs in f32, as on PyTorch's list
+@policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over the trailing normalized_shape dims, then weight and bias; in the
@@ -229,7 +229,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  #
 
 
 
-@policy("f32")  # autocast: runs in f32, as on PyTorch's list
+@policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
              eps: float | None = None) -> Tensor:
     """x / sqrt(mean(x^2 over the normalized dims) + eps) * weight, in the input's dtype whatever the

@@ -9,7 +9,7 @@ import numpy as np
 
 from flame.errors import ArgumentRangeError, DTypeError, IndexValueError, ShapeError, TraceError
 from flame.frontend import opmath
-from flame.frontend.autocast import is_autocast_enabled, policy
+from flame.frontend.autocast import cpu_lists, is_autocast_enabled, policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
@@ -258,8 +258,13 @@ def binary_cross_entropy(
     gradients PyTorch's: (x - t) / max((1 - x) x, 1e-12) for x (0, not NaN, where x is 0 or 1 and t
     equals it) and -logit(x) for t."""
     _no_legacy("binary_cross_entropy", size_average, reduce)
-    if is_autocast_enabled():
+    if is_autocast_enabled() and not cpu_lists():  # torch's CUDA autocast refuses it
         raise RuntimeError(_BCE_UNSAFE + f"\n  at {user_location()}")
+    return _binary_cross_entropy(input, target, weight, reduction)
+
+
+@policy("", cpu="f32")  # autocast: on PyTorch's CPU float32 list (its CUDA autocast refuses the op)
+def _binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None, reduction: str) -> Tensor:  # noqa: A002
     _same_shape("binary_cross_entropy", input, target)
     if target.dtype != input.dtype:  # torch's kernel converts neither (long labels included)
         raise DTypeError(f"binary_cross_entropy: Found dtype {target.dtype} but expected {input.dtype} for the target "
@@ -414,10 +419,20 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     if mode != "circular" and input.dtype == boolean:  # torch's reflection/replication kernels: no bool
         raise DTypeError(f'pad: "{"reflection" if mode == "reflect" else "replication"}_pad{len(pad) // 2}d" not '
                          f"implemented for 'Bool' (as in PyTorch)\n  at {user_location()}")
-    x = input
+    listed = mode == "replicate" or mode == "reflect" and len(pad) < 6
+    return (_edge_pad_f32_on_cpu if listed else _edge_pad)(input, pairs, mode)
+
+
+def _edge_pad(x: Tensor, pairs: dict, mode: str) -> Tensor:
+    """x reflect-, replicate- or circular-padded, pairs[d] = (lo, hi) for each padded dim d."""
     for d, (lo, hi) in pairs.items():
         x = _pad_axis(x, d, mode, lo, hi)
     return x
+
+
+# autocast: reflection_pad1d/2d and replication_pad1d/2d/3d are on PyTorch's CPU float32 list (reflection_pad3d
+# is not), on none of its CUDA lists
+_edge_pad_f32_on_cpu = policy("", cpu="f32")(_edge_pad)
 
 
 def _pad_axis(x: Tensor, d: int, mode: str, lo: int, hi: int) -> Tensor:

@@ -142,7 +142,7 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:  # noqa: A002
     return x.clone()  # a new tensor, as torch's: a write into it must not reach the input
 
 
-@policy("lower")  # autocast: on PyTorch's lower-precision list
+@policy("lower", cpu="")  # autocast: on PyTorch's CUDA lower-precision list, none of its CPU lists
 def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:  # noqa: A002
     """beta * input + alpha * (mat @ vec); beta and alpha in the tensors' dtype (integer tensors: truncated
     to integers), as torch's Scalars."""
@@ -152,7 +152,7 @@ def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: 
     return (mv if alpha == 1 else mv * alpha) + (input if beta == 1 else input * beta)
 
 
-@policy("promote")  # autocast: on PyTorch's promote list: the widest input
+@policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
 def vdot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """The dot product of two 1-D tensors (real: dot)."""
     if input.ndim != 1 or other.ndim != 1:
@@ -256,13 +256,13 @@ def _distance(diff: Tensor, p: float) -> Tensor:
     return where(out.isfinite(), out.detach() + whole, out)
 
 
-@policy("f32")  # autocast: on PyTorch's float32 list
+@policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
 def dist(input: Tensor, other: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     """The p-norm of input - other (broadcast), a 0-d tensor, as torch.dist."""
     return vector_norm(input - other, p)
 
 
-@policy("f32")  # autocast: on PyTorch's float32 list
+@policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
 def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     """The p-norm distance between each pair of rows i < j of input [N, M], row-major: [N (N - 1) / 2],
     as torch.nn.functional.pdist."""
@@ -329,6 +329,7 @@ def nanquantile(input: Tensor, q, dim: int | None = None, keepdim: bool = False,
     return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")
 
 
+@policy("", cpu="f32")  # autocast: (nan)quantile is on PyTorch's CPU float32 list, none of its CUDA lists
 def _quantile(input: Tensor, q, dim: int | None, keepdim: bool, interpolation: str, _ignore_nan: bool,  # noqa: A002
               _name: str) -> Tensor:
     """The q-th quantiles of input along dim (every element when dim is None), as torch.quantile: the

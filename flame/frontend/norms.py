@@ -46,7 +46,7 @@ def widened(t: Tensor | None) -> Tensor | None:
     return t.float() if t is not None and t.dtype.is_float and t.dtype.itemsize == 2 else t
 
 
-@policy("f32")  # autocast: on PyTorch's float32 list
+@policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
                eps: float = 1e-5) -> Tensor:
     """F.group_norm: normalized_groups, refusing in any mode, as torch's F.group_norm does, an input with
@@ -59,7 +59,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     return normalized_groups(input, num_groups, weight, bias, eps)
 
 
-@policy("f32")  # autocast: on PyTorch's float32 list (torch.group_norm)
+@policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list (torch.group_norm); on none of its CPU lists
 def normalized_groups(input: Tensor, num_groups: int, weight: Tensor | None = None,  # noqa: A002
                       bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise each group of C/num_groups channels of [N, C, *S] over its channels and positions
@@ -299,7 +299,9 @@ def norm_dtype_checks(op: str, input: Tensor, dtype) -> None:  # noqa: A002
                          f"without narrowing to the specified dtype ({torch_dtype_name(dt)})\n  at {user_location()}")
 
 
-@policy("f32")  # autocast: linalg_vector_norm is on PyTorch's float32 list (not with an explicit dtype)
+# autocast: linalg_vector_norm is on PyTorch's CUDA float32 list (not with an explicit dtype); on none of its CPU
+# lists
+@policy("f32", cpu="")
 def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
     """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
     (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of

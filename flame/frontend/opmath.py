@@ -110,7 +110,7 @@ def _pow_with_number(a, b, dt: DType) -> Tensor | None:
     return with_derivative(x, value, _cast(d, f32))
 
 
-@policy("f32")  # autocast: pow, on PyTorch's float32 list
+@policy("f32", cpu="")  # autocast: pow, on PyTorch's CUDA float32 list; on none of its CPU lists
 def half_power(x: Tensor, exponent: float) -> Tensor:
     """x ** 0.5 or x ** -0.5 for a Python number exponent, as PyTorch's CUDA pow kernel computes them (its CPU
     kernel too, but for f16): sqrt and rsqrt, so sqrt(-0.0) is -0.0, rsqrt(-0.0) -inf and both NaN at -inf,

@@ -148,7 +148,8 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
                return_indices=False) -> Tensor:
-    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    pool = _max_pool if return_indices else _max_pool3d_f32_on_cpu  # (max_pool3d_with_indices is not listed)
+    return pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
 def _divisor(n, k, s, p, o, include_pad) -> np.ndarray:
@@ -227,7 +228,8 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
                divisor_override=None) -> Tensor:
-    return _avg_pool(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    return _avg_pool3d_f32_on_cpu(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                  divisor_override)
 
 
 def _lp_pool(d: int, x: Tensor, norm_type: float, kernel_size, stride, ceil_mode: bool) -> Tensor:
@@ -408,7 +410,15 @@ def adaptive_avg_pool2d(input, output_size) -> Tensor:  # noqa: A002
 
 
 def adaptive_avg_pool3d(input, output_size) -> Tensor:  # noqa: A002
-    return _adaptive("avg", 3, input, output_size)
+    return _adaptive3d_f32_on_cpu("avg", 3, input, output_size)
+
+
+# autocast: PyTorch's CPU float32 list holds max_pool3d (not max_pool3d_with_indices), avg_pool3d and the 3-d
+# adaptive pools; none of its CUDA lists holds a pool
+_f32_on_cpu = policy("", cpu="f32")
+_max_pool3d_f32_on_cpu = _f32_on_cpu(_max_pool)
+_avg_pool3d_f32_on_cpu = _f32_on_cpu(_avg_pool)
+_adaptive3d_f32_on_cpu = _f32_on_cpu(_adaptive)
 
 
 def _windows(x: Tensor, axis: int, n: int, o: int) -> tuple[Tensor, np.ndarray]:
@@ -467,7 +477,7 @@ def adaptive_max_pool2d(input, output_size, return_indices: bool = False) -> Ten
 
 
 def adaptive_max_pool3d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
-    return _adaptive("max", 3, input, output_size, return_indices)
+    return _adaptive3d_f32_on_cpu("max", 3, input, output_size, return_indices)
 
 
 def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
@@ -500,7 +510,7 @@ def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False) -
 
 def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False) -> tuple[Tensor, Tensor]:  # noqa: A002
     """adaptive_max_pool3d(..., return_indices=True), as PyTorch's, whatever return_indices says."""
-    return _adaptive("max", 3, input, output_size, True)
+    return _adaptive3d_f32_on_cpu("max", 3, input, output_size, True)
 
 
 for _name in __all__:  # PyTorch's poolings make new tensors, never views of the input (views.new_tensor)

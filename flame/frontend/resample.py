@@ -247,7 +247,9 @@ def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:  #
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
-@policy("f32")  # autocast: PyTorch's upsample_nearest* / upsample_*linear* / *_aa are on its float32 list (area is not)
+# autocast: PyTorch's upsample_nearest* / upsample_*linear* / *_aa are on its CUDA float32 list (area is not); on none
+# of its CPU lists
+@policy("f32", cpu="")
 def _upsample(x: Tensor, mode: str, out, scales, align_corners, antialias: bool = False) -> Tensor:
     if antialias:  # along the width first, then the height, as PyTorch's separable kernel
         y = widened(x)

@@ -74,7 +74,7 @@ def _cubic_weights(t: Tensor) -> list[Tensor]:
     return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
-@policy("promote")  # autocast: on PyTorch's promote list: the widest input
+@policy("promote", cpu="f32")  # autocast: on PyTorch's CUDA promote list (the widest input), its CPU float32 list
 def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros",  # noqa: A002
                 align_corners: bool | None = None) -> Tensor:
     """input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] ((x, y) in [-1, 1], x along W): [N, C, Ho, Wo];
@@ -151,7 +151,8 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
     return result
 
 
-@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+# autocast: on none of PyTorch's CUDA lists; on CPU a bmm of the base grid and theta, on its CPU lower-precision list
+@policy("", cpu="lower")
 def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tensor:
     """The sampling grid of the affine maps theta for an output of `size`: theta [N, 2, 3] and size [N, C, H,
     W] give [N, H, W, 2], theta [N, 3, 4] and size [N, C, D, H, W] give [N, D, H, W, 3]; each output

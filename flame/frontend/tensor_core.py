@@ -185,7 +185,7 @@ class TensorCore:
     def __truediv__(self, o):
         return binary("div", self, o)
 
-    @autocast.policy("f32")  # autocast: PyTorch's `o / x` is x.reciprocal() * o, reciprocal on its float32 list
+    @autocast.policy("f32", cpu="")  # autocast: torch's `o / x` is x.reciprocal() * o: reciprocal's lists
     def __rtruediv__(self, o):
         return binary("div", o, self)
 
@@ -363,12 +363,12 @@ class TensorCore:
         """True where self is zero (any dtype; a bool result), as torch.logical_not."""
         return apply("logical_not", self if self.dtype == boolean else self != 0)
 
-    @autocast.policy("f32")  # autocast: PyTorch's square is pow(x, 2), pow on its float32 list
+    @autocast.policy("f32", cpu="")  # autocast: torch's square is pow(x, 2): pow's lists (CUDA f32, no CPU one)
     def square(self):
         return self * self if self.dtype != boolean else self.to(i64) * self.to(i64)  # torch: bool squares to int64
 
     # ---- reductions -------------------------------------------------------------------------------
-    @autocast.policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
+    @autocast.policy("f32", cpu="")  # autocast: on torch's CUDA float32 list (not with a dtype=), no CPU list
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
         if dtype is not None and dtype_of(dtype) == boolean:  # torch: a sum of bools in bool is any()
             return self.to(boolean).sum(dim, keepdim) != 0

@@ -99,7 +99,9 @@ class TensorIndexOps:
         """scatter_add, in place."""
         return self._inplace(lambda x: x.scatter_add(dim, index, src), src, check="any", what="scatter_add_")
 
-    @policy("promote")  # autocast: on PyTorch's promote list: the widest input (index_put_, in place, is not cast)
+    # autocast: on PyTorch's CUDA promote list (the widest input; index_put_, in place, is not cast), none of its CPU
+    # lists
+    @policy("promote", cpu="")
     def index_put(self, indices, values, accumulate: bool = False):
         """torch.index_put: values written at (accumulate=True: added to) the elements self[indices]
         selects; a position written twice keeps the last write (frontend/indexing.py)."""

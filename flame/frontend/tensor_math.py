@@ -212,7 +212,8 @@ class TensorMath:
         k = math.prod(self.shape[i] for i in a_axes)
         a = self.permute(*a_free, *a_axes).reshape(-1, k)
         b = other.permute(*b_axes, *b_free).reshape(k, -1)
-        return _promoted(matmul, a, b).reshape(*[self.shape[i] for i in a_free], *[other.shape[j] for j in b_free])
+        out = _promoted(matmul, a, b, cpu="lower")
+        return out.reshape(*[self.shape[i] for i in a_free], *[other.shape[j] for j in b_free])
 
     def kron(self, other):
         """The Kronecker product, as torch.kron (ranks padded with leading 1s)."""
@@ -224,7 +225,7 @@ class TensorMath:
         prod = a.reshape(*inter) * b.reshape(*outer)
         return prod.reshape(*[x * y for x, y in zip(a.shape, b.shape)])
 
-    @policy("promote")  # autocast: on PyTorch's promote list: the widest input
+    @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
     def cross(self, other, dim: int | None = None):
         """The cross product of 3-vectors along dim (the first dim of size 3 when None, as torch.cross)."""
         if dim is None:
@@ -243,7 +244,7 @@ class TensorMath:
         return self.roll(-1, axis) * other.roll(-2, axis) - self.roll(-2, axis) * other.roll(-1, axis)
 
     # ---- elementwise math ------------------------------------------------------------------------
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def log1p(self):
         """log(1 + self), accurate for small self, as torch.log1p (f16 / bf16: in f32, rounded once); the
         gradient PyTorch's grad / (self + 1), two ops of self's dtype (inf at -1)."""
@@ -253,7 +254,7 @@ class TensorMath:
             return value
         return apply("straight_through", (x + 1).log(), value)  # log's gradient: g / (x + 1)
 
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def expm1(self):
         """exp(self) - 1, accurate for small self, as torch.expm1 (f16 / bf16: in f32, rounded once; the
         gradient PyTorch's grad * (result + 1), two ops of self's dtype)."""
@@ -294,12 +295,12 @@ class TensorMath:
         return special_math.multigammaln(self, p)
 
     # ---- inverse trig and hyperbolic functions, erfc (IR ops; integers promote to the default dtype) ---
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def asin(self):
         """The arcsine in [-pi/2, pi/2], NaN outside [-1, 1], as torch.asin."""
         return self._float_unary("asin")
 
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def acos(self):
         """The arccosine in [0, pi], NaN outside [-1, 1], as torch.acos."""
         return self._float_unary("acos")
@@ -323,7 +324,7 @@ class TensorMath:
         """1 - erf(self), accurate where erf rounds to 1, as torch.erfc."""
         return self._float_unary("erfc")
 
-    @policy("promote")  # autocast: on PyTorch's promote list: the widest input
+    @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
     def atan2(self, other):
         """The angle of the point (other, self) in [-pi, pi], elementwise with broadcasting, as
         torch.atan2 (the promoted dtype; integers and bools give the default floating dtype)."""
@@ -352,26 +353,26 @@ class TensorMath:
         _floating("frac", self)
         return self - self.trunc()
 
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def log2(self):
         return self.log() * (1.0 / math.log(2.0))
 
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def log10(self):
         return self.log() * (1.0 / math.log(10.0))
 
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def sinh(self):
         """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
         x = as_floating(self)  # an integer's negation must not wrap (u8, the minimum)
         return (x.expm1() - (-x).expm1()) * 0.5
 
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def cosh(self):
         x = as_floating(self)
         return (x.exp() + (-x).exp()) * 0.5
 
-    @policy("f32")  # autocast: on PyTorch's float32 list
+    @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
     def tan(self):
         return self.sin() / self.cos()
 
@@ -577,7 +578,7 @@ class TensorMath:
             return square
         return pad(square, ((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
 
-    @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+    @policy("", cpu="f32")  # autocast: on PyTorch's CPU float32 list, none of its CUDA lists
     def trace(self):
         """The sum of a matrix's diagonal, as torch.trace (not of a bool matrix, as torch's)."""
         _ranks("trace", (self, 2))
@@ -613,7 +614,7 @@ class TensorMath:
             lin = lin + weight * diff.detach()
         return apply("straight_through", lin, out)
 
-    @policy("promote")  # autocast: on PyTorch's promote list: the widest input
+    @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's
         kernel)."""
@@ -630,7 +631,7 @@ class TensorMath:
     def addcmul_(self, tensor1, tensor2, *, value=1):
         return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2, what="addcmul_")
 
-    @policy("promote")  # autocast: on PyTorch's promote list: the widest input
+    @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
     def addcdiv(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 / tensor2, as torch.addcdiv (which refuses two integer operands; f16/bf16: in
         f32, rounded once, as torch's kernel)."""
@@ -777,13 +778,18 @@ def _lowered(*tensors):
     return cast_inputs("lower", tensors)
 
 
-def _promoted(fn, *tensors):
-    """fn(*tensors) as PyTorch's autocast runs an op of its "promote" list (dot, tensordot): the inputs
-    in their widest floating dtype, and no lowering inside."""
-    from flame.frontend.autocast import autocast, cast_inputs, is_autocast_enabled
+def _promoted(fn, *tensors, cpu: str = ""):
+    """fn(*tensors) as PyTorch's CUDA autocast runs an op of its "promote" list (dot, mv, tensordot): the
+    inputs in their widest floating dtype, and no lowering inside. Its CPU lists hold none of them: there
+    the inputs stay as they are (mixed dtypes raise as outside a region), and with cpu="lower" (tensordot,
+    whose CPU kernel is a matmul, on the CPU lower-precision list) inputs of one dtype run in the low one."""
+    from flame.frontend.autocast import autocast, cast_inputs, cpu_lists, is_autocast_enabled
 
     if not is_autocast_enabled():
         return fn(*tensors)
-    tensors = cast_inputs("promote", tensors)
+    if not cpu_lists():
+        tensors = cast_inputs("promote", tensors)
+    elif cpu == "lower" and len({t.dtype for t in tensors}) == 1:
+        tensors = cast_inputs("lower", tensors)
     with autocast(enabled=False):
         return fn(*tensors)

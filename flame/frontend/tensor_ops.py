@@ -130,12 +130,14 @@ class TensorOps:
             x = x.to(i64)
         return apply(name, x, axis=dim_index(name, dim, self.ndim))
 
-    @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
+    # autocast: on PyTorch's CUDA float32 list (not with an explicit dtype); on none of its CPU lists
+    @policy("f32", cpu="")
     def cumsum(self, dim: int, dtype=None):
         """Running sum along dim (integers and bool accumulate in int64, as in PyTorch)."""
         return self._scan("cumsum", dim, dtype)
 
-    @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
+    # autocast: on PyTorch's CUDA float32 list (not with an explicit dtype); on none of its CPU lists
+    @policy("f32", cpu="")
     def cumprod(self, dim: int, dtype=None):
         """Running product along dim; its gradient is exact where the input has zeros."""
         return self._scan("cumprod", dim, dtype)

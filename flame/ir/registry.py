@@ -108,6 +108,8 @@ class OpDef:
         casts f16/bf16 ones to f32 (exp, log, pow, sum, cumsum), "" leaves them (none of the lists, or
         the promote list: an op given several float dtypes gets them all in the widest), "keep" leaves
         them as they are (the FP8 ops, whose operands have fixed roles: a bf16 tensor and its f32 scale);
+    autocast_cpu: the same for a region following PyTorch's CPU op lists (device_type "cpu"), None where it
+        is `autocast` (the CPU lists keep exp, log, pow, sum and cumsum off the float32 list: "");
     random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass
         recomputes it only when a memory budget forces it);
     selects: an op whose result's elements are elements of input 0, picked by the other inputs
@@ -171,6 +173,7 @@ class OpDef:
     positional: bool = False
     library: str = ""
     autocast: str = ""
+    autocast_cpu: str | None = None
     random: bool = False
     selects: bool = False
     constant: bool = False
@@ -225,8 +228,9 @@ def register(opdef: OpDef) -> OpDef:
         raise ValueError(f"op {opdef.name!r} declared twice")
     if opdef.category not in CATEGORIES:
         raise ValueError(f"op {opdef.name!r}: unknown category {opdef.category!r}")
-    if opdef.autocast not in AUTOCAST:
-        raise ValueError(f"op {opdef.name!r}: unknown autocast policy {opdef.autocast!r}")
+    for policy in (opdef.autocast, opdef.autocast_cpu):
+        if policy is not None and policy not in AUTOCAST:
+            raise ValueError(f"op {opdef.name!r}: unknown autocast policy {policy!r}")
     if opdef.cost not in COSTS:
         raise ValueError(f"op {opdef.name!r}: unknown cost {opdef.cost!r}")
     if opdef.vjp is None and not opdef.nondiff:

@@ -361,9 +361,10 @@ class RNNCellBase(Module):
                 if tuple(h.shape) != (n, self.hidden_size):
                     raise ShapeError(f"{name}: hidden state must be [{n}, {self.hidden_size}], got {list(h.shape)}"
                                      f"\n  at {user_location()}")
-        # autocast: lstm_cell, gru_cell and rnn_*_cell are on PyTorch's lower-precision list: the input,
-        # the states and the weights (F.linear casts those) run in the autocast dtype
-        x, *states = cast_inputs("lower", (x, *states))
+        # autocast: lstm_cell, gru_cell and rnn_*_cell are on PyTorch's CUDA lower-precision list: the input,
+        # the states and the weights (F.linear casts those) run in the autocast dtype. Its CPU lists hold
+        # none of them: only the linears (on the CPU lower-precision list) cast, the states stay as they are
+        x, *states = cast_inputs("lower", (x, *states), cpu="keep")
         return F.linear(x, self.weight_ih, self.bias_ih), states, unbatched
 
     def extra_repr(self) -> str:

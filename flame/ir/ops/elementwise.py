@@ -116,14 +116,15 @@ def _zero_vjp(b, g, x, y):
 unary("neg", np.negative, lambda b, g, x, y: (b.neg(g),), kinds=_NUM, conversion=True, sign_only=True)
 unary("abs", np.abs, lambda b, g, x, y: (b.mul(g, b.sign(x)),), kinds=_NUM, conversion=True)
 _LIBM, _IEEE = "transcendental", "division"  # OpDef.cost
-unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),), autocast="f32", cost=_LIBM)
-unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), autocast="f32", cost=_LIBM,
+_F32 = {"autocast": "f32", "autocast_cpu": ""}  # on PyTorch's CUDA float32 list, on none of its CPU lists
+unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),), **_F32, cost=_LIBM)
+unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), **_F32, cost=_LIBM,
       row_kernels=((("max", "sum"), "log_softmax"),))
 unary("sqrt", np.sqrt, lambda b, g, x, y: (b.div(g, b.mul(y, 2.0)),), cost=_IEEE)
 unary("rsqrt", lambda x: 1.0 / np.sqrt(x),  # d x^-1/2 = -y^3/2
-      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),)), autocast="f32", cost=_IEEE,
+      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),)), **_F32, cost=_IEEE,
       row_kernels=((("mean", "mean"), "layer_norm"), (("mean",), "rms_norm")))
-unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),), autocast="f32",
+unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),), **_F32,
       cost=_IEEE)
 unary("sin", np.sin, lambda b, g, x, y: (b.mul(g, b.cos(x)),), cost=_LIBM)
 unary("cos", np.cos, lambda b, g, x, y: (b.neg(b.mul(g, b.sin(x))),), cost=_LIBM)
@@ -133,10 +134,10 @@ unary("erf", _erf_ref,
       _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),)), cost=_LIBM)
 # the inverse trigonometric and hyperbolic functions and erfc: libm's values (NaN outside their domains),
 # PyTorch's derivative formulas (derivatives.yaml), evaluated in f32 for 16-bit inputs
-unary("asin", np.arcsin, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.sub(1.0, b.mul(x, x)))),)), autocast="f32",
+unary("asin", np.arcsin, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.sub(1.0, b.mul(x, x)))),)), **_F32,
       cost=_LIBM)
 unary("acos", np.arccos, _opmath(lambda b, g, x, y: (b.neg(b.mul(g, b.rsqrt(b.sub(1.0, b.mul(x, x))))),)),
-      autocast="f32", cost=_LIBM)
+      **_F32, cost=_LIBM)
 unary("atan", np.arctan, _opmath(lambda b, g, x, y: (b.div(g, b.add(b.mul(x, x), 1.0)),)), cost=_LIBM)
 unary("asinh", np.arcsinh, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.add(b.mul(x, x), 1.0))),)), cost=_LIBM)
 unary("acosh", np.arccosh, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.sub(b.mul(x, x), 1.0))),)), cost=_LIBM)
@@ -264,7 +265,7 @@ MUL = binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, 
              on_bool="logical_and", sign_only=True, scalar_opmath=True)
 DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
        kinds=("float",), cost=_IEEE, row_kernels=((("max", "sum"), "softmax"),), scalar_opmath=True)
-binary("pow", _power_any, _pow_vjp, autocast="f32", cost=_LIBM)
+binary("pow", _power_any, _pow_vjp, **_F32, cost=_LIBM)
 binary("floor_divide", _integer_division("floor_divide", np.floor_divide), nondiff=_PIECEWISE,
        cost=_IEEE, scalar_opmath=True)  # Python's // (floor), as torch.floor_divide
 def _remainder(x, y):

@@ -56,7 +56,7 @@ def _np_axes_v(v, axes):
     return tuple(sorted(a % v.type.rank for a in axes)) if v.type.rank else ()
 
 
-def _declare(name, np_fn, vjp, kinds, identity, needs_items=False, autocast="", regroups=False):
+def _declare(name, np_fn, vjp, kinds, identity, needs_items=False, autocast="", autocast_cpu=None, regroups=False):
     def ref(x, axes, keepdim):
         x = np.asarray(x)
         if identity == "zero" and not x.flags.c_contiguous:  # NumPy adds in an order its input's strides
@@ -64,14 +64,16 @@ def _declare(name, np_fn, vjp, kinds, identity, needs_items=False, autocast="", 
         return np_fn(x, axis=_np_axes(x, axes), keepdims=keepdim)
     return register(OpDef(name, "reduction", 1, _reduce_infer(name, kinds, needs_items), ref, dict(_AXES), vjp,
                           compute_f32=True, reduction=Reduce(identity, regroups=regroups), autocast=autocast,
+                          autocast_cpu=autocast_cpu,
                           accumulates=identity == "zero"))
 
 
-# under autocast a sum runs in f32 (on PyTorch's CUDA float32 list); a mean is on none of its lists and
-# keeps its input's dtype (it still accumulates in f32 inside the kernel: compute_f32). Max and min only
-# pick an element, so they may also run in stages: a row stage in the kernel computing the input, then
-# the rest (passes/prepare_fusion.py)
-REDUCE_SUM = _declare("reduce_sum", np.sum, _sum_vjp, ("float", "int"), "zero", autocast="f32")
+# under CUDA autocast a sum runs in f32 (on PyTorch's CUDA float32 list; on none of its CPU lists); a mean
+# is on none of its lists and keeps its input's dtype (it still accumulates in f32 inside the kernel:
+# compute_f32). Max and min only pick an element, so they may also run in stages: a row stage in the
+# kernel computing the input, then the rest (passes/prepare_fusion.py)
+REDUCE_SUM = _declare("reduce_sum", np.sum, _sum_vjp, ("float", "int"), "zero", autocast="f32",
+                      autocast_cpu="")
 _declare("reduce_mean", np.mean, _mean_vjp, ("float",), "zero")
 _declare("reduce_max", np.max, _extreme_vjp, ("float", "int"), "lowest", needs_items=True, regroups=True)
 _declare("reduce_min", np.min, _extreme_vjp, ("float", "int"), "highest", needs_items=True, regroups=True)

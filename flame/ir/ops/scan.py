@@ -80,7 +80,8 @@ register(
         _scan_ref(np.cumsum),
         {"axis": Attr("int")},
         _cumsum_vjp,
-        autocast="f32",  # autocast: on PyTorch's float32 list
+        autocast="f32",  # autocast: on PyTorch's CUDA float32 list, on none of its CPU lists
+        autocast_cpu="",
         doc="running sum along axis (out[k] = x[0] + ... + x[k])",
     )
 )
@@ -94,6 +95,7 @@ register(
         {"axis": Attr("int")},
         _cumprod_vjp,
         autocast="f32",
+        autocast_cpu="",
         doc="running product along axis",
     )
 )

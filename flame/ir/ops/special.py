@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from flame.ir.ops.elementwise import _LIBM, _opmath, unary
+from flame.ir.ops.elementwise import _F32, _LIBM, _opmath, unary
 from flame.ir.registry import REQUIRED, Attr
 
 SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2.0
@@ -107,7 +107,7 @@ unary(
     "erfinv",
     _erfinv_ref,
     _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.mul(y, y)), SQRT_PI_OVER_2)),)),
-    autocast="f32",
+    **_F32,
     cost=_LIBM,
     doc="the inverse of erf on [-1, 1] (+-inf at +-1, NaN beyond), as torch.erfinv",
 )
