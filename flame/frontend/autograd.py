@@ -19,6 +19,7 @@ from flame.frontend import anomaly
 from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.data_writes import live_reads
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.saved import reads, saved_inputs, saves, unpack_saves
@@ -107,6 +108,7 @@ def _rebuild(
     nodes = []
     unpacked: dict = {}
     seen: dict = {}  # id(packed) -> its tensors unpacked (a call of a Function: its results share them)
+    consts: dict = {}  # id(buffer) -> (its tensor, its input): buffers written through .data the VJPs read
     for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
@@ -127,6 +129,10 @@ def _rebuild(
             _read_written_leaves(node, vals[id(t)], g, vals, leaves, unpacked)
         if node.packed:
             _unpack(node, vals[id(t)], g, vals, leaves, unpacked, seen)
+        op = vals[id(t)].producer
+        live = live_reads(op, t, inputs, g, leaves, consts) if op is not None and op.name == node.name else None
+        if live:  # what a write through .data changed: the VJP reads the buffer as it is now (data_writes.py)
+            unpacked[op] = {**live, **unpacked.get(op, {})}
         if cut is not None and id(t) in cut:
             cut[id(t)] = vals[id(t)]
             vals[id(t)] = b.emit("stop_gradient", vals[id(t)])

@@ -29,6 +29,7 @@ from flame.errors import ArgumentError, ArgumentTypeError, FlameError, MemoryBud
 from flame.frontend import anomaly, autocast, compiled_outputs, host_random  # noqa: F401 (its tracing hook)
 from flame.frontend.context import current_trace, tracing_hooks, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor, zeros
+from flame.frontend.data_writes import written_positions
 from flame.frontend.dynamic import NotDynamic, Template, changed_dims
 from flame.frontend.guards import (
     Expected,
@@ -40,6 +41,7 @@ from flame.frontend.guards import (
     trace_guards,
     value_key,
 )
+from flame.frontend.leaf_writes import stand_in
 from flame.frontend.replay import (
     Replay,
     bind_keywords,
@@ -82,6 +84,7 @@ class _Entry:
     template: SizeTemplate | None = None  # set on an entry instantiated from a dynamic-size template
     needs: tuple = ()  # user outputs torch would say require grad, of a body that ran no backward (compiled_outputs)
     recompute: compiled_outputs.Recompute | None = None  # their backward, made at the first call that marks them
+    data_written: tuple = ()  # the body's writes through .data, for that backward (data_writes.written_positions)
 
     @property
     def family(self) -> tuple:
@@ -367,6 +370,7 @@ class Compiled:
         if not grads and len(g.outputs) == n_updates and not tr.freed:
             entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t)
                                 and i not in tr.returned_as_is)  # a tensor handed back itself has its history
+            entry.data_written = written_positions(g, {v: tr.value_of(t) for v, t in tr.data_written.items()})
         return self._compile(entry) if compile else entry
 
     def _compile(self, entry: _Entry) -> _Entry:
@@ -674,7 +678,8 @@ class Compiled:
         """result with the outputs torch would differentiate through marked, so that a backward()
         outside reaching them differentiates through the call (flame.frontend.compiled_outputs)."""
         if entry.recompute is None:
-            entry.recompute = compiled_outputs.Recompute(self.name, entry.forward_graph, entry.needs)
+            entry.recompute = compiled_outputs.Recompute(self.name, entry.forward_graph, entry.needs,
+                                                         entry.data_written)
         leaves: list = []
         skel = flatten(result, leaves)
         return unflattener(skel)(compiled_outputs.attach(entry.recompute, leaves, inputs))
@@ -689,7 +694,11 @@ def _call_inputs(entry: _Entry, args: list, arrays: list) -> list | None:
     out, wanted = [], False
     for j, (b, a) in enumerate(zip(entry.trace.bindings, arrays)):
         t = args[b.arg] if b.kind == "arg" else b.tensor if b.kind == "tensor" else None
-        if t is None or j in updated:
+        if t is not None and j in updated and t.requires_grad and t._node is None:
+            # a leaf the call wrote with no gradient recorded (through .data): its values before the call,
+            # its gradient reaching it (leaf_writes.stand_in)
+            t = stand_in(t, a.copy())
+        elif t is None or j in updated:
             t = Tensor._concrete(a.copy(), types[j].dtype)
         wanted = wanted or t.requires_grad
         out.append(t)

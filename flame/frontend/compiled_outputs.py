@@ -32,6 +32,7 @@ from typing import Any
 from flame.errors import AutogradError
 from flame.frontend.context import grad_enabled, user_location
 from flame.frontend.custom_function import claim
+from flame.frontend.data_writes import at_positions, traced_live_reads
 from flame.frontend.dispatch import Node, record_versions
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
@@ -47,10 +48,11 @@ class Recompute:
     `forward()`), its marked results `needs` (output indices), and the gradient graphs made from it,
     one per set of marked results that have a cotangent."""
 
-    def __init__(self, name: str, forward, needs: tuple[int, ...]):
+    def __init__(self, name: str, forward, needs: tuple[int, ...], data_written: tuple = ()):
         self.name = name
         self._forward = forward  # () -> the traced Graph
         self.needs = needs
+        self.data_written = data_written  # the body's writes through .data (data_writes.written_positions)
         self._graphs: dict[tuple, tuple[Graph, list[bool]]] = {}
 
     def graph(self, present: tuple[int, ...]) -> tuple[Graph, list[bool]]:
@@ -58,12 +60,15 @@ class Recompute:
         the gradient of each floating-point input that has one, which inputs those are)."""
         got = self._graphs.get(present)
         if got is None:
-            got = self._graphs[present] = _gradient_graph(self._forward(), present, f"{self.name}_backward")
+            got = self._graphs[present] = _gradient_graph(self._forward(), present, f"{self.name}_backward",
+                                                          self.data_written)
         return got
 
 
-def _gradient_graph(forward: Graph, present: tuple[int, ...], name: str) -> tuple[Graph, list[bool]]:
+def _gradient_graph(forward: Graph, present: tuple[int, ...], name: str, data_written: tuple = ()
+                    ) -> tuple[Graph, list[bool]]:
     g = forward.copy()
+    live = traced_live_reads(g, at_positions(g, data_written))  # (positions taken before cotangent inputs)
     g.name, g.aliases, g.groups = name, {}, None
     n = len(g.inputs)
     outs = [g.outputs[k] for k in present]
@@ -78,7 +83,7 @@ def _gradient_graph(forward: Graph, present: tuple[int, ...], name: str) -> tupl
             term = b.sum_to(b.mul(o, ct), ())
             term = term if term.dtype == f32 else b.cast(term, dtype=f32)
             root = term if root is None else b.add(root, term)
-    grads = iter(autodiff(g, root, wrt, seed))
+    grads = iter(autodiff(g, root, wrt, seed, unpacked=live))
     per_input = [next(grads) if v.dtype.is_float else None for v in g.inputs[:n]]
     g.outputs = [gv for gv in per_input if gv is not None]
     return eliminate_dead_code(g), [gv is not None for gv in per_input]

@@ -31,6 +31,7 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel, write_hook
 from flame.frontend.creation import arange
+from flame.frontend.data_writes import mark_live, through_data
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
 from flame.frontend.hooks import hand_over_hooks
 from flame.frontend.index_ops import check_indices, wrap_negative
@@ -507,7 +508,7 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     if not record or detached and not traced:
         check_writable(t, what, fill)
         # t (and every other view) is derived again from the base at its next use
-        _untracked(base, lambda: (write(t, new), bump(base)))
+        _untracked(base, lambda: (write(t, new), bump(base)), live=through_data(t))
         if owns:
             t._node, t.requires_grad = (new if new._node is not None else new * 1)._node, True
             t._seen = version(base)
@@ -526,6 +527,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     if traced:
         untracked = detached or not grad_enabled.get()
         if untracked:
+            if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
+                trace.data_written[trace.value_of(old)] = base
             merged = _keeping_history(trace, old, merged)
         trace.assign(base, trace.value_of(merged))
         bump(base)
@@ -541,13 +544,14 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     fresh(t)  # t's history from here on: its view of the base's (never new's own: new may be a leaf)
 
 
-def _untracked(t, write_it) -> None:
+def _untracked(t, write_it, live: bool = False) -> None:
     """write_it(): t's storage takes values no gradient is recorded for (a write under no_grad, or
     through detach() or .data). As in torch, t keeps its gradient history: it holds the new values,
     and its gradient flows on through the history it had, as if they had not changed (the op
     straight_through, of its old history and a copy of its new values). What was recorded from t
-    before reads it as it was (t._past). A leaf, or a tensor with no gradient history, just takes
-    the values."""
+    before reads it as it was (t._past), its VJPs too, unless the write is through `.data` (`live`:
+    they read t's buffer, as torch's, frontend/data_writes.py). A leaf, or a tensor with no gradient
+    history, just takes the values."""
     if t._node is None or not t.requires_grad:
         if t._node is None:  # a leaf: what nodes read of it is kept (a tensor with a history is recomputed)
             keep_old_values(t)
@@ -556,6 +560,8 @@ def _untracked(t, write_it) -> None:
     old = history_only(Tensor._concrete(t._data, t.dtype))  # its value comes from its history, never this buffer
     old._node, old.requires_grad = t._node, True
     t._past = {**(t._past or {}), version(t): old}
+    if live:
+        mark_live(old, t)
     write_it()
     with enable_grad():
         t._node = apply("straight_through", old, Tensor._concrete(t._data.copy(), t.dtype))._node

@@ -40,16 +40,17 @@ def keep_old_values(t: Tensor) -> None:
             if owner._readers is not readers:
                 continue
             if id(x) not in copies:
-                copies[id(x)] = _stand_in(x)
+                copies[id(x)] = stand_in(x)
             olds[i] = copies[id(x)]
         node.olds = olds or None
     readers.clear()  # (each holds its stand-ins: a later write leaves them as they are)
 
 
-def _stand_in(x: Tensor) -> Tensor:
-    """x's values now, with x's gradient where x requires one: straight_through(x, a copy of x). Its node
-    reads x for the gradient alone, so x's version is not recorded (None): later writes leave it as it is."""
-    old = Tensor._concrete(x._data.copy(), x.dtype)
+def stand_in(x: Tensor, values=None) -> Tensor:
+    """x's values now (or `values`, an array of x's shape: a copy taken earlier), with x's gradient where x
+    requires one: straight_through(x, a copy of x). Its node reads x for the gradient alone, so x's version
+    is not recorded (None): later writes leave it as it is."""
+    old = Tensor._concrete(x._data.copy() if values is None else values, x.dtype)
     if not x.requires_grad:  # no gradient to pass (x may take a history later: never this node's)
         return old
     s = Tensor._concrete(old._data, x.dtype)

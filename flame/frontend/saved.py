@@ -56,7 +56,7 @@ _READS: dict[tuple, tuple[frozenset, bool]] = {}
 _READS_KEPT = 4096  # answers kept (each size of a dynamic dim is a signature of its own)
 
 
-def _vjp_reads(op: Op) -> tuple[frozenset, bool]:
+def vjp_reads(op: Op) -> tuple[frozenset, bool]:
     """(the positions of the inputs op's VJP reads, whether it reads the result), from its VJP run once
     on an op of the same name, attributes and input types (a Python number's constant is an input, as
     torch saves a wrapped number)."""
@@ -64,7 +64,7 @@ def _vjp_reads(op: Op) -> tuple[frozenset, bool]:
 
 
 def _reads_of(name: str, attrs: dict, types: tuple, needs: tuple | None = None) -> tuple[frozenset, bool]:
-    """_vjp_reads of op `name` on inputs of `types`, the gradients of the inputs at `needs` (True/False
+    """vjp_reads of op `name` on inputs of `types`, the gradients of the inputs at `needs` (True/False
     per input; None: every floating-point input) asked for. With `needs`, what the VJP reads itself (for
     saved-tensor hooks): its reading the result does not count as reading the inputs the result is made of."""
     key = (name, repr(sorted(attrs.items())), types, needs)
@@ -224,5 +224,5 @@ def saves(op: Op, read: set[Value]) -> bool:
     (its VJP is the user's backward, not run here) saves whenever the backward read one of its values."""
     if REGISTRY[op.name].call_result:
         return op.out in read or any(x in read for x in op.inputs)
-    positions, result = _vjp_reads(op)
+    positions, result = vjp_reads(op)
     return (result and op.out in read) or any(op.inputs[i] in read for i in positions)

@@ -16,6 +16,7 @@ from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, Trac
 from flame.frontend import autocast, legacy_types, opmath
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.data_writes import DATA_LINK
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply, share_readers, tell_recorder
 from flame.frontend.opmath import in_opmath
@@ -35,17 +36,20 @@ class TensorCore:
     __slots__ = ()
 
     def detach(self) -> Tensor:
+        return self._detach_as({})
+
+    def _detach_as(self, link_attrs) -> Tensor:  # link_attrs: .data's are data_writes.DATA_LINK
         trace = current_trace.get()
         # traced, or a concrete tensor this trace has read or written (its values there are its traced
         # Value's): an op autodiff does not differentiate through, a view of self
         if self._value is not None or (trace is not None and trace.current.get(id(self), (None,))[0] is self):
             out = apply("stop_gradient", self)
-            link(out, self, opdef("stop_gradient"), {})
+            link(out, self, opdef("stop_gradient"), link_attrs)
             return out
         out = Tensor._concrete(self._data, self._dtype)
         # as torch's: the same storage and version counter; a view of self's base, so a write through it
         # reaches self's values (indexing.assign: without a gradient, as one under no_grad)
-        link(out, self, opdef("stop_gradient"), {})
+        link(out, self, opdef("stop_gradient"), link_attrs)
         tell_recorder("stop_gradient", (self,), out)
         return out
 
@@ -75,16 +79,15 @@ class TensorCore:
 
     @property
     def data(self) -> Tensor:
-        """The same values outside autograd, as torch's .data: eagerly a tensor sharing this one's buffer (a
-        write through it is seen here, and records no gradient history); while tracing, `detach()`."""
-        if self._value is not None:
-            return self.detach()
+        """The same values outside autograd, as torch's .data: eagerly a tensor sharing this one's
+        buffer (a write through it is seen here, and records no gradient history; the backward reads
+        self's storage as it is then: frontend/data_writes.py); while tracing, `detach()`."""
+        if any(v is not None for v in (self._value, self._node, self._base, current_trace.get())):
+            # a write through it must reach self's value and history: a view (a leaf's too while tracing)
+            return self._detach_as(DATA_LINK)
         out = Tensor._concrete(self._data, self._dtype)
-        if self._node is not None or self._base is not None:
-            # a write through it must reach self's gradient history: a view, as detach()'s
-            link(out, self, opdef("stop_gradient"), {})
-        else:  # a leaf's shares its buffer alone, with a version counter of its own, as torch's; a write
-            share_readers(out, self)  # through it keeps what nodes read of self (frontend/leaf_writes.py)
+        # a leaf's shares its buffer alone, with a version counter of its own, as torch's; a write through it
+        share_readers(out, self)  # keeps what nodes read of self (frontend/leaf_writes.py)
         tell_recorder("stop_gradient", (self,), out)
         return out
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from flame.errors import AutogradError, TraceError
 from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.data_writes import traced_live_reads
 from flame.frontend.dispatch import freed_graph_error, fresh
 from flame.frontend.hooks import (
     accumulate_and_notify,
@@ -122,6 +123,8 @@ class Trace:
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
     differentiated: tuple = ()  # tensors a flame.grad being traced differentiates by, whatever their requires_grad
     no_grad: set = field(default_factory=set)  # Values of ops recorded with gradients off (no_grad)
+    # a value a write through .data replaced -> the tensor written: its VJP reads read it as it is (data_writes.py)
+    data_written: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -383,7 +386,8 @@ class Trace:
             raise freed_graph_error(again.name, again.loc)
         self.builder.loc = user_location()
         start = len(self.graph.ops)
-        grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves))
+        live = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()})
+        grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves), unpacked=live)
         if not retain_graph:
             read = reads(self.graph.ops[start:])
             self.freed |= {op for op in used if saves(op, read)}

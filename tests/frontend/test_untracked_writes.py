@@ -224,3 +224,81 @@ def test_a_write_with_a_gradient_into_a_view_of_a_detached_tensor_is_refused():
     y = x * 2
     with pytest.raises(flame.FlameError, match="view of a detach"):
         y.detach()[1:].add_(w[1:])
+
+
+# writes through .data after ops saved the tensor for their backward: torch's .data shares the storage but not
+# the version counter, so those backwards read the storage as it is then (frontend/data_writes.py)
+def _data_scales_a_saved_result(lib, x, w):
+    y = (x * w).exp()  # exp's backward reads its result
+    y.data.mul_(3)
+    return (y * w).sum()
+
+
+def _data_zeroes_a_saved_result(lib, x, w):
+    y = (x * w).tanh()
+    y.data.zero_()
+    return (y + x).sum()
+
+
+def _data_shifts_a_saved_input(lib, x, w):
+    h = x * 1.5
+    y = h * w  # mul's backward (for w) reads h
+    h.data.add_(5)
+    return y.sum()
+
+
+def _data_copy_into_a_saved_input(lib, x, w):
+    h = x * w
+    y = h * h
+    h.data.copy_(lib.ones(3, dtype=h.dtype))
+    return y.sum()
+
+
+def _data_item_of_a_saved_input(lib, x, w):
+    h = x * w
+    y = h.sigmoid() * h
+    h.data[1] = 10.0
+    return y.sum()
+
+
+def _data_view_of_a_saved_result(lib, x, w):
+    y = (x * w).exp()
+    y.data[0:2].mul_(2)
+    return (y * y).sum()
+
+
+def _data_of_a_leaf_read_after(lib, x, w):
+    y = w * x  # reads w before the write
+    w.data.add_(1)
+    return (w * y).sum()
+
+
+def _data_of_an_argument(lib, x, w):
+    y = x * w
+    x.data.mul_(3)
+    return y.sum()
+
+
+DATA_WRITES = [
+    _data_scales_a_saved_result, _data_zeroes_a_saved_result, _data_shifts_a_saved_input,
+    _data_copy_into_a_saved_input, _data_item_of_a_saved_input, _data_view_of_a_saved_result,
+    _data_of_a_leaf_read_after, _data_of_an_argument,
+]
+
+
+def _flame_backward_outside(body, *arrays):
+    """body compiled, its loss differentiated by an eager backward() outside (compiled_outputs.py)."""
+    ts = [flame.tensor(a, dtype=flame.float64, requires_grad=True) for a in arrays]
+    loss = flame.compile(lambda *args: body(flame, *args))(*ts)
+    loss.backward()
+    return float(loss.item()), [t.grad.numpy() for t in ts], ts[0].detach().numpy()
+
+
+@pytest.mark.parametrize("body", DATA_WRITES, ids=lambda f: f.__name__.strip("_"))
+def test_a_write_through_data_is_what_the_saved_tensors_backward_reads_as_torch(body):
+    x, w = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+    _agree(body, x, w, wanted=2)
+    want, got = _torch(body, x, w, wanted=2), _flame_backward_outside(body, x, w)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, err_msg="backward outside: loss")
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, err_msg="backward outside: gradients")
+    np.testing.assert_array_equal(got[2], want[2], err_msg="backward outside: the leaf's values")
