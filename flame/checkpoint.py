@@ -8,11 +8,13 @@ previous checkpoint intact."""
 from __future__ import annotations
 
 import collections
+import inspect
 import json
 import os
 import re
 import reprlib
 import struct
+import sys
 import tempfile
 from typing import Any
 
@@ -22,12 +24,12 @@ import safetensors.numpy
 from safetensors import deserialize
 
 from flame._tempfiles import remove_dead_temps, temp_prefix
-from flame.errors import CheckpointError
+from flame.errors import CheckpointError, DTypeError
 from flame.frontend.context import no_grad
 from flame.frontend.creation import as_tensor as share_tensor
 from flame.frontend.parameter import Parameter
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import dtype_of
+from flame.ir.dtypes import ALL_DTYPES, FP8_DTYPES, DType, dtype_of
 
 __all__ = ["load", "load_checkpoint", "load_metadata", "save", "save_checkpoint"]
 
@@ -49,6 +51,7 @@ _NP_DTYPES = {
     "F8_E5M2": ml_dtypes.float8_e5m2,
 }  # the dtypes flame has
 _ST_DTYPES = {np.dtype(v): k for k, v in _NP_DTYPES.items()}
+_DTYPE_NAMES = frozenset(d.name for d in ALL_DTYPES + FP8_DTYPES)  # a saved dtype (flame.float32) is one of these
 _CHUNK = 1 << 24
 _MAX_DEPTH = 64  # the most nested lists / tuples / dicts flame.save stores ...
 _MAX_JSON_DEPTH = 3 * _MAX_DEPTH + 1  # ... as JSON (a dict is 3 levels: {"__dict__": [[key, value]]}); a header
@@ -216,15 +219,63 @@ def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0, names
         }
     if isinstance(obj, (list, tuple)):
         items = [_skeleton(v, f"{path}.{i}" if path else str(i), arrays, depth + 1, names) for i, v in enumerate(obj)]
-        return items if isinstance(obj, list) else {"__tuple__": items}
+        if isinstance(obj, list):
+            return items
+        cls, fields = type(obj), getattr(type(obj), "_fields", None)
+        # a namedtuple whose class its module holds: found again by module and name when loading
+        # (_namedtuple); one no module holds (made inside a function) stays a plain tuple
+        if isinstance(fields, tuple) and _find_namedtuple(cls.__module__, cls.__qualname__, fields) is cls:
+            return {"__namedtuple__": [cls.__module__, cls.__qualname__, list(fields), items]}
+        return {"__tuple__": items}
     if obj is None or isinstance(obj, (str, bool, int, float)):
         return obj
     if isinstance(obj, np.generic):
         return obj.item()
+    dtype = _as_dtype(obj)
+    if dtype is not None:
+        return {"__dtype__": dtype.name}
     raise CheckpointError(
         f"cannot save {path or 'the object'} of type {type(obj).__name__}: flame.save stores "
-        f"tensors, numbers, strings, None and dicts / lists / tuples of them (no pickle)"
+        f"tensors, dtypes, numbers, strings, None and dicts / lists / tuples / namedtuples of them (no pickle)"
     )
+
+
+def _as_dtype(obj: Any) -> DType | None:
+    """obj as a flame DType where it is one (flame.float32) or torch's (torch.float32, saved as flame's)."""
+    if isinstance(obj, DType):
+        return obj
+    if type(obj).__name__ == "dtype" and type(obj).__module__ == "torch":
+        try:
+            return dtype_of(str(obj).removeprefix("torch."))
+        except DTypeError:
+            raise CheckpointError(f"cannot save dtype {obj}: flame has no such dtype") from None
+    return None
+
+
+def _find_namedtuple(module: str, qualname: str, fields: tuple) -> type | None:
+    """The namedtuple class `module`.`qualname` with these fields, in a module already imported (looked up
+    through the module's and classes' own dictionaries: nothing is imported and no code runs); None."""
+    cls = sys.modules.get(module)
+    for part in qualname.split("."):
+        cls = vars(cls).get(part) if hasattr(cls, "__dict__") else None
+    if not (isinstance(cls, type) and issubclass(cls, tuple)):
+        return None
+    return cls if inspect.getattr_static(cls, "_fields", None) == tuple(fields) else None
+
+
+def _namedtuple(where: str, at: str, body: list, items: tuple) -> tuple:
+    """The namedtuple a file names (module, qualified name, fields) holding items: its class found in a
+    module this process has already imported, looked up through the modules' and classes' own
+    dictionaries, and built with tuple.__new__, so that loading imports nothing and runs no code of
+    the class (as torch.load with the class importable gives it back)."""
+    module, qualname, fields = body[0], body[1], body[2]
+    cls = _find_namedtuple(module, qualname, tuple(fields))
+    if cls is None or len(items) != len(fields):
+        raise CheckpointError(
+            f"{where!r}: {'the object' if not at else repr(at)} is a namedtuple {module}.{qualname}{tuple(fields)}, "
+            f"which no imported module defines (flame.load imports nothing): import {module} first"
+        )
+    return tuple.__new__(cls, items)
 
 
 def _rebuild(skel: Any, tensors: dict[str, Tensor], where: str, at: str = "") -> Any:
@@ -241,6 +292,19 @@ def _rebuild(skel: Any, tensors: dict[str, Tensor], where: str, at: str = "") ->
         return tensors[body]
     if kind == "__tuple__" and isinstance(body, list):
         return tuple(_rebuild(v, tensors, where, f"{at}.{i}" if at else str(i)) for i, v in enumerate(body))
+    if kind == "__dtype__" and isinstance(body, str) and body in _DTYPE_NAMES:
+        return dtype_of(body)
+    if (
+        kind == "__namedtuple__"
+        and isinstance(body, list)
+        and len(body) == 4
+        and all(isinstance(x, str) for x in body[:2])
+        and isinstance(body[2], list)
+        and all(isinstance(f, str) for f in body[2])
+        and isinstance(body[3], list)
+    ):
+        items = tuple(_rebuild(v, tensors, where, f"{at}.{i}" if at else str(i)) for i, v in enumerate(body[3]))
+        return _namedtuple(where, at, body, items)
     if (
         kind in ("__dict__", "__ordered_dict__")
         and isinstance(body, list)
@@ -264,8 +328,11 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     object). A flat name -> tensor dict (a state_dict) is a plain safetensors file that
     safetensors.torch.load_file reads; a tensor, or dicts / lists / tuples of tensors, numbers and
     strings (an optimizer's state_dict, {"model": ..., "epoch": 3}) keep their structure as JSON in the
-    header. Nothing is pickled, so loading never runs code. `metadata` is extra information for the
-    header: strings as they are, other JSON-serialisable values as JSON that load_metadata decodes."""
+    header. Nothing is pickled, so loading never runs code. As torch's: a namedtuple loads as its class
+    (found in a module the loading process has imported, _namedtuple), a dtype (flame.float32, or
+    torch's) as flame's.
+    `metadata` is extra information for the header: strings as they are, other JSON-serialisable values
+    as JSON that load_metadata decodes."""
     meta = {"format": "pt", **_encode_metadata(metadata)}
     flat = isinstance(obj, dict) and all(isinstance(k, str) and _is_array(v) for k, v in obj.items())
     if flat:

@@ -154,3 +154,58 @@ def test_ordered_dicts_round_trip_as_torch(what, tmp_path):
     assert _types(_round_trip(flame, _ordered(flame)[what])) == _types(theirs)
     flame.save(_ordered(flame)[what], tmp_path / "f.safetensors")
     assert _types(flame.load(tmp_path / "f.safetensors")) == _types(theirs)
+
+
+# ---- namedtuples and dtypes ----------------------------------------------------------------------------
+
+Point = collections.namedtuple("Point", ["x", "y"])
+
+
+def _with_types(lib):
+    return {
+        "namedtuple": Point(lib.tensor([1.0, 2.0]), 3),
+        "nested namedtuple": {"p": [Point(Point(1, "a"), lib.ones(2))], "q": (Point(None, 2.5),)},
+        "dtypes": {"f": lib.float32, "all": [lib.float64, lib.float16, lib.bfloat16, lib.int64, lib.int32, lib.int16,
+                                              lib.int8, lib.uint8, lib.bool]},
+        "dtype alone": lib.bfloat16,
+        "dtypes beside tensors": (lib.ones(2, dtype=lib.float64), lib.float64),
+    }
+
+
+def _typed_form(obj):
+    """Container types (namedtuples by class), dtypes by torch's name, tensors by dtype and values."""
+    if isinstance(obj, (torch.Tensor, flame.Tensor)):
+        return ("tensor", str(obj.numpy().dtype), obj.tolist())
+    if isinstance(obj, torch.dtype):
+        return ("dtype", str(obj).removeprefix("torch."))
+    if isinstance(obj, flame.dtype):
+        name = next(n for n in ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+                                "uint8", "bool") if getattr(flame, n) is obj)
+        return ("dtype", name)
+    if isinstance(obj, dict):
+        return ("dict", [(k, _typed_form(v)) for k, v in obj.items()])
+    if isinstance(obj, (list, tuple)):
+        return (type(obj), [_typed_form(v) for v in obj])
+    return (type(obj).__name__, obj)
+
+
+@pytest.mark.parametrize("what", list(_with_types(torch)))
+def test_namedtuples_and_dtypes_round_trip_as_torch(what, tmp_path):
+    with torch.serialization.safe_globals([Point]):  # torch's weights_only load takes an allowlisted class
+        theirs = _round_trip(torch, _with_types(torch)[what])
+    assert _typed_form(_round_trip(flame, _with_types(flame)[what])) == _typed_form(theirs)
+    flame.save(_with_types(flame)[what], tmp_path / "f.safetensors")
+    assert _typed_form(flame.load(tmp_path / "f.safetensors")) == _typed_form(theirs)
+
+
+def test_a_torch_dtype_saved_by_flame_loads_as_flames():
+    back = _round_trip(flame, {"d": torch.float16, "t": torch.int8})
+    assert back == {"d": flame.float16, "t": flame.int8}
+
+
+def test_a_namedtuple_no_imported_module_holds_raises_naming_it(tmp_path):
+    flame.save({"p": Point(1, 2)}, tmp_path / "f.safetensors")
+    data = (tmp_path / "f.safetensors").read_bytes().replace(b"Point", b"Pnint")
+    (tmp_path / "f.safetensors").write_bytes(data)
+    with pytest.raises(flame.CheckpointError, match=r"f\.safetensors.*namedtuple .*Pnint.*import"):
+        flame.load(tmp_path / "f.safetensors")

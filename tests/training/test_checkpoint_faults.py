@@ -131,6 +131,10 @@ def _saved_object(tmp_path):
     (json.dumps({"__tensor__": [1]}), "not a tensor, tuple or dict"),
     (json.dumps([{"a": 1}]), "'0' is {'a': 1}, not a tensor"),
     (json.dumps({"__tensor__": "w", "__tuple__": []}), "not a tensor, tuple or dict"),
+    (json.dumps({"__dtype__": "evil"}), "not a tensor, tuple or dict"),
+    (json.dumps({"__namedtuple__": 5}), "not a tensor, tuple or dict"),
+    (json.dumps({"__namedtuple__": ["os", "system", ["a"], [1]]}), "namedtuple os.system('a',), which no imported"),
+    (json.dumps({"__namedtuple__": ["nomodule", "P", ["a"], [1]]}), "import nomodule first"),
     ("{{", "not valid JSON"),
     ("1" * 5000, "not valid JSON"),
     ("[" * 100_000 + "]" * 100_000, "JSON nested 100000 levels deep (at most 193)"),
@@ -221,3 +225,4 @@ def test_an_optimizer_tensor_with_a_bad_index_raises_checkpoint_error(saved, ind
 def test_a_file_object_is_named_by_its_type(tmp_path):
     with pytest.raises(flame.CheckpointError, match="<BytesIO>"):
         flame.load(io.BytesIO(b"not a checkpoint"))
+
