@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import inspect
 import json
+import math
 import os
 import re
 import reprlib
@@ -27,9 +28,11 @@ from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame.errors import CheckpointError, DTypeError
 from flame.frontend.context import no_grad
 from flame.frontend.creation import as_tensor as share_tensor
+from flame.frontend.dispatch import apply
 from flame.frontend.parameter import Parameter
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import ALL_DTYPES, FP8_DTYPES, DType, dtype_of
+from flame.ir.registry import REGISTRY
 
 __all__ = ["load", "load_checkpoint", "load_metadata", "save", "save_checkpoint"]
 
@@ -185,6 +188,92 @@ _ORDERED_KEY = "flame.ordered_dict"  # header metadata of a flat file: "true" wh
 _SAME_KEY = "flame.same"  # header metadata of a flat file: name -> the earlier name it was saved as the same tensor as
 _GRAD_KEY = "flame.grad"  # header metadata: name -> how a tensor saved as a Parameter / needing gradients loads
 _OBJECT_KEY = "flame.object"  # header metadata: the saved object's structure, tensors as {"__tensor__": name}
+# header metadata: the tensors that were views of one storage, [[base shape, {name: its view chain}], ...]
+_VIEWS_KEY = "flame.views"
+_SPARSE_STORAGE = 4  # views of a storage more than this many times their elements (plus a little) load apart
+
+
+def _view_groups(raw: dict[str, Any]) -> list:
+    """The saved flame tensors that share a storage (views of one base, the base among them or not; a view
+    saved alone too), as [base shape, {name: the view ops from the base, [op, attrs, shape] each}] per
+    storage, which load makes views of one storage again, as torch.load's tensors share the storage
+    torch.save wrote once. Each name still holds its own elements (plain safetensors readers see them);
+    load rebuilds the storage from them, so elements of the base no saved tensor shows load as zeros. A
+    storage far larger than what its saved views show (two rows of an embedding table) is not rebuilt:
+    those views load as tensors of their own."""
+    groups: dict[int, tuple[Tensor, dict]] = {}
+    for name, t in raw.items():
+        if not isinstance(t, Tensor) or t._value is not None:
+            continue
+        base = t._base if t._base is not None else t
+        if t is base or np.may_share_memory(t._data, base._data):
+            groups.setdefault(id(base), (base, {}))[1][name] = t
+    out = []
+    for base, members in groups.values():
+        if all(t is base for t in members.values()):
+            continue  # the base alone (saved under several names: _SAME_KEY / _skeleton's names)
+        shown = sum(t.numel() for t in members.values())
+        if base.numel() > _SPARSE_STORAGE * shown + 4096:
+            continue
+        chains = {}
+        for name, t in members.items():
+            chain = [] if t is base else [[op.name, dict(attrs), list(shape)] for op, attrs, shape in t._chain
+                                         if op.view is not None]
+            chains[name] = chain
+        try:
+            json.dumps(chains)
+        except (TypeError, ValueError):
+            continue
+        out.append([list(base.shape), chains])
+    return out
+
+
+def _share_views(path: Any, tensors: dict[str, Tensor], groups: Any) -> None:
+    """Make the tensors _view_groups recorded views of one storage again (rebuilt from their elements)."""
+    where = _where(path)
+
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{where!r}: {_VIEWS_KEY} is malformed: {what}")
+
+    if not isinstance(groups, list):
+        raise bad("not a list")
+    for group in groups:
+        if not (isinstance(group, list) and len(group) == 2 and isinstance(group[1], dict)):
+            raise bad(f"{_REPR.repr(group)} is not [base shape, {{name: view ops}}]")
+        shape, chains = group
+        if not (isinstance(shape, list) and len(shape) <= _MAX_DEPTH
+                and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n for n in shape)):
+            raise bad(f"base shape {_REPR.repr(shape)}")
+        if any(name not in tensors for name in chains):
+            raise bad(f"names {sorted(set(chains) - set(tensors))[:3]}, which the file does not hold")
+        dtypes = {tensors[name].dtype for name in chains}
+        if len(dtypes) != 1 or math.prod(shape) > _SPARSE_STORAGE * sum(tensors[n].numel() for n in chains) + 4096:
+            raise bad(f"views of a {shape} storage that are not of one dtype, or far fewer elements than it")
+        for name, chain in chains.items():
+            if not isinstance(chain, list) or not all(
+                isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and isinstance(c[1], dict)
+                and isinstance(c[2], list) and REGISTRY.get(c[0]) is not None and REGISTRY[c[0]].view is not None
+                and REGISTRY[c[0]].view.strided is not None
+                for c in chain
+            ):
+                raise bad(f"{name!r}: {_REPR.repr(chain)} is not a list of [view op, attributes, shape]")
+        storage = np.zeros(math.prod(shape), dtype=tensors[next(iter(chains))].numpy().dtype)
+        for name, chain in chains.items():
+            pos = np.arange(storage.size, dtype=np.int64).reshape(shape)
+            try:
+                for op, attrs, out in chain:
+                    pos = REGISTRY[op].view.strided(pos, tuple(out), **attrs)
+            except Exception as e:  # (the attributes are the file's: any error of the op's is its)
+                raise bad(f"{name!r}: its view ops do not apply to a {shape} storage ({e})") from None
+            if tuple(pos.shape) != tuple(tensors[name].shape):
+                raise bad(f"{name!r}: its view ops give shape {list(pos.shape)}, not its {list(tensors[name].shape)}")
+            storage[pos] = tensors[name].numpy()
+        base = as_tensor(storage.reshape(shape))
+        for name, chain in chains.items():
+            t = base
+            for op, attrs, _ in chain:
+                t = apply(op, t, **attrs)
+            tensors[name] = t
 
 
 def _is_array(v: Any) -> bool:
@@ -328,9 +417,9 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     object). A flat name -> tensor dict (a state_dict) is a plain safetensors file that
     safetensors.torch.load_file reads; a tensor, or dicts / lists / tuples of tensors, numbers and
     strings (an optimizer's state_dict, {"model": ..., "epoch": 3}) keep their structure as JSON in the
-    header. Nothing is pickled, so loading never runs code. As torch's: a namedtuple loads as its class
-    (found in a module the loading process has imported, _namedtuple), a dtype (flame.float32, or
-    torch's) as flame's.
+    header. Nothing is pickled, so loading never runs code. As torch's: tensors that are views of one
+    storage load as views of one storage (_view_groups), a namedtuple loads as its class (found in a
+    module the loading process has imported, _namedtuple), a dtype (flame.float32, or torch's) as flame's.
     `metadata` is extra information for the header: strings as they are, other JSON-serialisable values
     as JSON that load_metadata decodes."""
     meta = {"format": "pt", **_encode_metadata(metadata)}
@@ -347,6 +436,9 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     else:
         raw = {}
         meta[_OBJECT_KEY] = json.dumps(_skeleton(obj, "", raw))
+    shared = _view_groups(raw)
+    if shared:
+        meta[_VIEWS_KEY] = json.dumps(shared)
     grad = {str(k): kind for k, v in raw.items() if (kind := _grad_kind(v))}
     if grad:
         meta[_GRAD_KEY] = json.dumps(grad)
@@ -382,6 +474,8 @@ def load(f: str | os.PathLike | Any, map_location: Any = None, *, weights_only: 
     data = _read(path)
     tensors = _load_tensors(path, data)
     meta = _header_metadata(path, data)
+    if _VIEWS_KEY in meta:
+        _share_views(path, tensors, _parse_json(_where(path), f"the views ({_VIEWS_KEY})", meta[_VIEWS_KEY]))
     if _GRAD_KEY in meta:
         _regrad(path, tensors, _parse_json(_where(path), f"the tensors' gradient flags ({_GRAD_KEY})", meta[_GRAD_KEY]))
     if _OBJECT_KEY in meta:

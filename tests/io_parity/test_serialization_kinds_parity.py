@@ -1,7 +1,8 @@
 """flame.save / flame.load against torch.save / torch.load for what the basic round trip does not
 cover: the narrower dtypes (int16, the float8 formats) in files both libraries read, the same tensor
-saved twice coming back as one tensor, Parameters and requires_grad, OrderedDicts, and the errors of a
-missing file and a map_location naming no device."""
+saved twice coming back as one tensor, views of one storage coming back sharing it (offsets, strides and
+writes), namedtuples and dtypes, Parameters and requires_grad, OrderedDicts, and the errors of a missing
+file and a map_location naming no device."""
 
 from __future__ import annotations
 
@@ -154,6 +155,51 @@ def test_ordered_dicts_round_trip_as_torch(what, tmp_path):
     assert _types(_round_trip(flame, _ordered(flame)[what])) == _types(theirs)
     flame.save(_ordered(flame)[what], tmp_path / "f.safetensors")
     assert _types(flame.load(tmp_path / "f.safetensors")) == _types(theirs)
+
+
+# ---- views of one storage ------------------------------------------------------------------------------
+
+
+def _views(lib):
+    base = lib.arange(12, dtype=lib.float32).reshape(3, 4)
+    flat = lib.arange(6, dtype=lib.float64)
+    return {
+        "two slices of a vector": [flat[:3], flat[2:]],
+        "base and transpose (flat dict)": {"a": base, "b": base.t()},
+        "strided slice and row": {"x": (base[1:, ::2], base[0]), "n": 1},
+        "column and reshape": [base[:, 1], base.reshape(2, 6)[1]],
+        "a view alone": flat[1:5],
+        "unrelated tensors": [lib.ones(2), lib.zeros(3)],
+    }
+
+
+def _layout(obj) -> list:
+    """Each tensor's storage (the index of the first tensor sharing it), offset, shape, strides and values."""
+    found = _tensors(obj)
+    ptrs = [t.untyped_storage().data_ptr() for t in found]
+    return [
+        (ptrs.index(p), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.tolist()) for p, t in zip(ptrs, found)
+    ]
+
+
+@pytest.mark.parametrize("what", list(_views(torch)))
+def test_views_of_one_storage_load_sharing_it_as_torch(what, tmp_path):
+    theirs = _round_trip(torch, _views(torch)[what])
+    flame.save(_views(flame)[what], tmp_path / "f.safetensors")
+    for mine in (_round_trip(flame, _views(flame)[what]), flame.load(tmp_path / "f.safetensors")):
+        assert _layout(mine) == _layout(theirs)
+        _tensors(mine)[0].fill_(-1.0)  # a write through one is seen through the others, as torch's
+        _tensors(theirs)[0].fill_(-1.0)
+        assert _layout(mine) == _layout(theirs)
+        theirs = _round_trip(torch, _views(torch)[what])
+
+
+def test_a_flat_file_of_views_keeps_each_names_elements_for_plain_readers(tmp_path):
+    base = flame.arange(12, dtype=flame.float32).reshape(3, 4)
+    flame.save({"a": base[1:, ::2], "b": base.t()}, tmp_path / "f.safetensors")
+    read = safetensors.torch.load_file(tmp_path / "f.safetensors")
+    tbase = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    assert read["a"].tolist() == tbase[1:, ::2].tolist() and read["b"].tolist() == tbase.t().tolist()
 
 
 # ---- namedtuples and dtypes ----------------------------------------------------------------------------

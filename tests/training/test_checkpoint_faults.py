@@ -226,3 +226,21 @@ def test_a_file_object_is_named_by_its_type(tmp_path):
     with pytest.raises(flame.CheckpointError, match="<BytesIO>"):
         flame.load(io.BytesIO(b"not a checkpoint"))
 
+
+@pytest.mark.parametrize("text, says", [
+    ('{"a": 1}', "not a list"),
+    ('[[[-1], {"w": []}]]', "base shape [-1]"),
+    ('[[[2], {"nope": []}]]', "names ['nope'], which the file does not hold"),
+    ('[[[2], {"w": [["exp", {}, [2]]]}]]', "is not a list of [view op, attributes, shape]"),
+    ('[[[2], {"w": 3}]]', "is not a list of [view op, attributes, shape]"),
+    ('[[[100000000], {"w": []}]]', "far fewer elements than it"),
+    ('[[[3], {"w": [["slice", {"bogus": 1}, [2]]]}]]', "its view ops do not apply to a [3] storage"),
+    ('[[[2], {"w": [["reshape", {"shape": [1, 2]}, [1, 2]]]}]]', "its view ops give shape [1, 2], not its [2]"),
+], ids=lambda v: v[:24])
+def test_tampered_views_raise_checkpoint_error(tmp_path, text, says):
+    """flame.views edited by hand: the views are rebuilt only from registry view ops that apply."""
+    path = _saved_object(tmp_path)
+    _set_header_metadata(path, "flame.views", text)
+    with pytest.raises(flame.CheckpointError, match="obj.safetensors") as e:
+        flame.load(path)
+    assert says in str(e.value)
