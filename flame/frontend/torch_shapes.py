@@ -14,6 +14,7 @@ from flame.errors import ArgumentError, ArgumentRangeError, AutogradError, Shape
 from flame.frontend import views
 from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.creation import tensor
+from flame.frontend.dispatch import apply
 from flame.frontend.size import Size
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import full
@@ -120,9 +121,10 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
     own by default), in a tensor of shape `size`: sliding windows, overlapping and strided reads give
     torch's values and gradients (an element read twice gets both; an element of the storage outside a
     view input's own gets none, as torch's backward, which is input's), eagerly and inside @flame.compile,
-    with torch's errors (negative strides, an offset or extent beyond the storage). Unlike torch's, the
-    result is a copy, not a view: a write into it (or a view of it), which would not reach input, raises
-    (write through input's views or index_put_), and as_strided_ raises."""
+    with torch's errors (negative strides, an offset or extent beyond the storage). As torch's, the result
+    is a view of the storage (the op as_strided of its flat base): its stride(), storage_offset() and
+    is_contiguous() are torch's and a write into it reaches input. Of a view that requires grad, or one
+    through detach(), it is a copy, a write into which raises; as_strided_ raises."""
     size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
     where = f"\n  at {user_location()}"
     if len(size) != len(stride):
@@ -131,7 +133,8 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
         raise ShapeError(f"as_strided: Negative strides are not supported at the moment, got strides: "
                          f"{list(stride)}{where}")
     base = input._base if input._base is not None else input
-    own = views.storage_offset(input) if input._base is not None else 0
+    own = 0 if input._base is None else views.storage_offset(input) - (0 if input._value is not None
+                                                                       else views.storage_offset(base))
     offset = own if storage_offset is None else int(storage_offset)
     if offset < 0:
         raise ArgumentRangeError(f"Tensor: invalid storage offset {offset}{where}")
@@ -141,10 +144,16 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
         raise ShapeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and "
                          f"itemsize {item} requiring a storage size of {need * item} are out of bounds for "
                          f"storage of size {base.numel() * item}{where}")
+    detached = any(opdef.view is None for opdef, _, _ in input._chain)
+    if not detached and (input._base is None or not input.requires_grad) and _flat_storage(base):
+        # torch's view of the storage: base's elements as a flat vector, read at the strides (a write into
+        # it, or into a view of it, reaches input; its stride(), storage_offset() and is_contiguous() are torch's)
+        return apply("as_strided", base.reshape(-1), size=size, stride=stride, offset=offset)
+    # a view that requires grad (torch's gradient reaches only its own elements) or one through detach(): a copy
     idx = np.full(size, offset, dtype=np.int64)
     for d, (n, s) in enumerate(zip(size, stride)):
         idx += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(size) - d - 1))
-    if any(opdef.view is None for opdef, _, _ in input._chain):  # a view through detach: base's gradient is not its
+    if detached:  # a view through detach: base's gradient is not its
         if input.requires_grad:
             raise NotImplementedError(f"as_strided of a detached view that requires grad (x.detach()"
                                       f".requires_grad_()): flame reads the storage through the tensor it was "
@@ -156,6 +165,12 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
         if not mine.all():
             picked = select(tensor(mine), picked, picked.detach())
     return views.mark_strided_copy(picked)
+
+
+def _flat_storage(base: Tensor) -> bool:
+    """base's elements lie row-major in its storage (eagerly: its array is C-contiguous), so that its
+    reshape(-1) is the storage as a flat view."""
+    return base._value is not None or bool(base._data.flags.c_contiguous)
 
 
 def _view_in_place(x: Tensor, name: str, spelling: str, view, swaps: tuple[int, int] | None = None) -> Tensor:
@@ -183,8 +198,8 @@ class TensorShapes:
 
     def unfold(self, dimension: int, size: int, step: int):
         """The windows of `size` elements every `step` along dimension, as a new last dim (torch's
-        Tensor.unfold: that dim becomes the number of windows). Unlike torch's, a copy, not a view, as
-        as_strided's: a write into it, which would not reach self, raises."""
+        Tensor.unfold: that dim becomes the number of windows). A view, as torch's: self's storage read at
+        the windows' strides (as_strided); a copy, as as_strided's, of a view that requires grad."""
         d = dim_index("unfold", dimension, self.ndim)
         length = self.shape[d] if self.ndim else 1
         if size > length:
@@ -195,6 +210,14 @@ class TensorShapes:
         if self.ndim == 0:
             return self.reshape(1)
         n = (length - size) // step + 1
+        base = self._base if self._base is not None else self
+        if (self._base is None or not self.requires_grad) and _flat_storage(base) \
+                and not any(opdef.view is None for opdef, _, _ in self._chain):
+            # torch's view: the windows as the storage read at self's strides (a write into it reaches self)
+            st = views.strides(self)
+            off = views.storage_offset(self) - (views.storage_offset(base) if self._value is None else 0)
+            return as_strided(self, (*self.shape[:d], n, *self.shape[d + 1:], size),
+                              (*st[:d], st[d] * step, *st[d + 1:], st[d]), off)
         idx = (np.arange(n)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
         picked = self.index_select(d, tensor(idx))
         shape = (*self.shape[:d], n, size, *self.shape[d + 1:])

@@ -280,9 +280,13 @@ def is_contiguous(t: Tensor) -> bool:
 
 
 def _owner(a):
-    """The array that owns a's memory (NumPy: the end of the .base chain)."""
-    while isinstance(a, np.ndarray) and isinstance(a.base, np.ndarray):
-        a = a.base
+    """The array that owns a's memory (NumPy: the end of the .base chain, through the holder object
+    np.lib.stride_tricks.as_strided leaves as an array's base)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        nxt = a.base if isinstance(a.base, np.ndarray) else getattr(a.base, "base", None)
+        if not isinstance(nxt, np.ndarray):
+            break
+        a = nxt
     return a
 
 

@@ -225,6 +225,11 @@ def slice_map(op: Op) -> IndexMap:
     return IndexMap(rows, tuple(op.attrs["starts"]), n)
 
 
+def as_strided_map(op: Op) -> IndexMap:
+    """as_strided of a flat storage: in[0] = offset + sum_k stride_k * out_k."""
+    return IndexMap((tuple(op.attrs["stride"]),), (op.attrs["offset"],), len(op.attrs["size"]))
+
+
 def flip_map(op: Op) -> IndexMap:
     shape = op.out.shape
     if not shape:

@@ -129,6 +129,10 @@ def _movement(b, g, dt, name):
         b.concat(x, b.slice(x, starts=(0, 0), stops=(6, 2), steps=(1, 1)), x, axis=1)
     elif name == "flip":
         b.flip(z, axes=(0, 2))
+    elif name == "as_strided":
+        flat = b.reshape(z, shape=(24,))
+        b.as_strided(flat, size=(5, 4), stride=(3, 1), offset=2)  # overlapping windows
+        b.as_strided(flat, size=(3, 2, 2), stride=(0, 8, 2), offset=1)  # a repeat and strided reads
     elif name == "squeeze":
         b.squeeze(y, axes=(1,))
     elif name == "unsqueeze":

@@ -3,7 +3,8 @@ reads, an explicit storage_offset, views (transposed, sliced: their storage is t
 offset the default; storage beyond the view's own elements gets no gradient), 0-d and empty sizes;
 values and gradients (an element read twice gets both),
 eager and inside @flame.compile; torch's errors (negative strides, lengths that differ, an offset or
-extent beyond the storage); as_strided_ is a clear NotImplementedError."""
+extent beyond the storage); as_strided_ is a clear NotImplementedError. The result is a view, as torch's:
+its layout (and Tensor.unfold's) is torch's and a write into it reaches the input."""
 
 from __future__ import annotations
 
@@ -79,25 +80,100 @@ def test_in_place_restride_is_refused_clearly():
 WRITES = {
     "add_": lambda y: y.add_(1.0),
     "item assignment": lambda y: y.__setitem__(0, 5.0),
-    "copy_": lambda y: y.copy_(flame.zeros(y.shape, dtype=y.dtype)),
+    "copy_": lambda y: y.copy_(y * 0 - 1),
     "zero_": lambda y: y.zero_(),
     "into a view of it": lambda y: y[1].mul_(2.0),
 }
 
 
 @pytest.mark.parametrize("write", WRITES.values(), ids=WRITES.keys())
-def test_a_write_into_its_result_is_refused_where_torch_would_write_into_the_input(write):
-    """torch's as_strided is a view, so such a write changes the input; flame's result is a copy, and a
-    write into it would silently leave the input as it was: refused, eagerly and while tracing."""
-    with pytest.raises(flame.errors.ViewError, match="a write into the result of as_strided"):
-        write(flame.tensor(X).as_strided((3, 2), (2, 1)))
+def test_a_write_into_its_result_reaches_the_input_as_torch(write):
+    """torch's as_strided is a view of the input's storage: a write into it (or a view of it) changes
+    the input, eagerly and inside @flame.compile."""
+    want = torch.tensor(X)
+    write(want.view(3, 4)[1:].as_strided((3, 2), (2, 1)))
+    got = flame.tensor(X)
+    write(got.view(3, 4)[1:].as_strided((3, 2), (2, 1)))
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
 
     @flame.compile
     def step(x):
-        write(x.as_strided((3, 2), (2, 1)))
-        return x
+        write(x.view(3, 4)[1:].as_strided((3, 2), (2, 1)))
+        return x * 1
 
+    np.testing.assert_array_equal(step(flame.tensor(X)).numpy(), want.numpy())
+
+
+def test_a_write_into_its_result_of_a_view_that_requires_grad_is_refused():
+    """The result of as_strided of a view that requires grad is a copy in flame (torch's gradient reaches
+    only the view's own elements), so a write into it, which torch's would make into the input, raises."""
+    x = flame.tensor(X, requires_grad=True)
     with pytest.raises(flame.errors.ViewError, match="a write into the result of as_strided"):
-        step(flame.tensor(X))
-    y = flame.tensor(X).as_strided((3, 2), (2, 1)).clone()
-    write(y)  # a clone is the user's own tensor
+        (x * 1).view(3, 4)[1:].as_strided((3, 2), (2, 1)).add_(1.0)
+
+
+def _layout(t) -> tuple:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.is_contiguous(), t.tolist()
+
+
+BASES = {
+    "vector": lambda lib: lib.arange(24, dtype=lib.float64),
+    "matrix": lambda lib: lib.arange(24, dtype=lib.float64).reshape(4, 6),
+    "transposed": lambda lib: lib.arange(24, dtype=lib.float64).reshape(4, 6).t(),
+    "every other": lambda lib: lib.arange(48, dtype=lib.float64)[1::2].reshape(4, 6),
+    "3-d slice": lambda lib: lib.arange(48, dtype=lib.float64).reshape(2, 4, 6)[:, 1:],
+}
+AFTER = {
+    "itself": lambda y: y,
+    "a transpose": lambda y: y.transpose(0, -1),
+    "a slice of the last dim": lambda y: y[..., 1:],
+    "a row": lambda y: y[-1],
+}
+
+
+def _unfolds(x):
+    for d in range(x.ndim):
+        for size in (1, 2, 3):
+            for step in (1, 2, 3):
+                if size <= x.shape[d]:
+                    yield x.unfold(d, size, step)
+
+
+def _strideds(x):
+    for size, stride, off in [((2, 2), (1, 2), 0), ((3,), (2,), 1), ((2, 3), (3, 1), 2), ((2, 2), (0, 1), 1),
+                              ((4,), (1,), 5), ((3, 2), (1, 3), None), ((2, 2), (1, 1), 0), ((), (), 3)]:
+        yield x.as_strided(size, stride, off)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("after", AFTER)
+@pytest.mark.parametrize("base", BASES)
+def test_unfold_and_as_strided_layouts_as_torch(base, after, compiled):
+    """stride(), storage_offset(), is_contiguous() and values of Tensor.unfold's and as_strided's results
+    and of views of them, over a grid of inputs, sizes, steps, strides and offsets."""
+    def layouts(lib, x):
+        outs = [AFTER[after](y) if y.ndim else y for y in (*_unfolds(x), *_strideds(x))]
+        # (the stride of a dim of one element, and where an empty tensor starts, are not compared: flame's
+        # select and slices there follow NumPy's)
+        return [(tuple(y.shape), tuple(st if n > 1 else None for n, st in zip(y.shape, y.stride())),
+                 y.storage_offset() if y.numel() else None, y.is_contiguous()) for y in outs], [y * 1 for y in outs]
+
+    want_meta, want_vals = layouts(torch, BASES[base](torch))
+    if compiled:
+        seen = []
+
+        @flame.compile
+        def step(x):
+            meta, vals = layouts(flame, x.reshape(-1)[:x.numel()].view(x.shape) if base == "vector" else x)
+            seen.append(meta)
+            return vals
+
+        got_vals = step(BASES[base](flame).contiguous())
+        got_meta = seen[0]
+        if base in ("transposed", "every other", "3-d slice"):  # an argument's layout is its own, contiguous
+            want_meta, want_vals = layouts(torch, BASES[base](torch).contiguous())
+    else:
+        got_meta, got_vals = layouts(flame, BASES[base](flame))
+    assert got_meta == want_meta
+    for g, w in zip(got_vals, want_vals):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())

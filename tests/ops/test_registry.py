@@ -886,6 +886,14 @@ RECIPES: dict[str, Recipe] = {
                                ((3, 0), {"starts": [1, 0], "stops": [3, 0], "steps": [1, 1]}),
                                ((), {"starts": [], "stops": [], "steps": []})]), _slice_oracle, ALL),
     "concat": Recipe(_concat, lambda *xs, axis: np.concatenate(xs, axis), ALL),
+    "as_strided": Recipe(_movement([((12,), {"size": [5, 4], "stride": [2, 1], "offset": 0}),
+                                    ((12,), {"size": [3, 3], "stride": [1, 1], "offset": 2}),
+                                    ((12,), {"size": [3, 2], "stride": [0, 4], "offset": 1}),
+                                    ((7,), {"size": [], "stride": [], "offset": 6}),
+                                    ((4,), {"size": [0, 3], "stride": [1, 1], "offset": 9})]),
+                         lambda x, size, stride, offset: np.array(
+                             [x[offset + sum(c * s for c, s in zip(i, stride))] for i in np.ndindex(*size)],
+                             x.dtype).reshape(size), ALL),
     "flip": Recipe(_movement([((3, 4), {"axes": [0]}), ((3, 4), {"axes": [0, 1]}), ((3, 4), {"axes": [-1]}),
                               ((0, 2), {"axes": [1]})]),
                    lambda x, axes: x[tuple(slice(None, None, -1) if i in [a % x.ndim for a in axes] else slice(None)

@@ -217,6 +217,8 @@ def _movement(rng, dt):
         "slice": [([x], {"starts": [1, 0, 1], "stops": [3, 4, 5], "steps": [1, 2, 3]})],
         "concat": [([x, arr(rng, (3, 2, 5), dt)], {"axis": 1}), ([x, x, x], {"axis": 0})],
         "flip": [([x], {"axes": [0, 2]})],
+        "as_strided": [([arr(rng, (24,), dt)], {"size": [5, 4], "stride": [3, 1], "offset": 2}),
+                       ([arr(rng, (24,), dt)], {"size": [3, 2, 2], "stride": [0, 8, 2], "offset": 1})],
         "squeeze": [([arr(rng, (3, 1, 5), dt)], {"axes": [1]})],
         "unsqueeze": [([x], {"axes": [0, 3]})],
         "pad": [([x], {"pads": [[1, 0], [0, 2], [1, 1]], "value": 1})],
@@ -271,8 +273,8 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
 }
 for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
     TABLE[_cmp] = (ALL, _binary(_quarters))
-for _mv in ("reshape", "broadcast_to", "permute", "slice", "concat", "flip", "squeeze", "unsqueeze", "pad",
-            "triu", "tril"):
+for _mv in ("reshape", "broadcast_to", "permute", "slice", "concat", "flip", "as_strided", "squeeze", "unsqueeze",
+            "pad", "triu", "tril"):
     TABLE[_mv] = (ALL, lambda rng, dt, _mv=_mv: _movement(rng, dt)[_mv])
 TABLE["full"] = (ALL, lambda rng, dt: [([], {"shape": [3, 5], "value": 1, "dtype": dt}),
                                        ([], {"shape": [], "value": 0, "dtype": dt})])

@@ -7,7 +7,17 @@ import math
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError
-from flame.ir.indexmap import broadcast_map, concat_pieces, flip_map, pad_pieces, permute_map, reshape_map, slice_map
+from flame.ir.dtypes import i64
+from flame.ir.indexmap import (
+    as_strided_map,
+    broadcast_map,
+    concat_pieces,
+    flip_map,
+    pad_pieces,
+    permute_map,
+    reshape_map,
+    slice_map,
+)
 from flame.ir.ops._shapes import broadcast_shapes, norm_axes, norm_axis
 from flame.ir.registry import Attr, OpDef, View, register
 
@@ -122,6 +132,43 @@ def _slice_vjp(b, g, x, out, starts, stops, steps):
 SLICE = register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref,
                        {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp,
                        view=View(slice_map, strided=lambda x, out, **attrs: _slice_ref(x, **attrs))))
+
+
+def _as_strided_infer(types, size, stride, offset):
+    (t,) = types
+    if t.rank != 1:
+        raise ShapeError(f"as_strided {t}: reads a flat storage (a 1-d input)")
+    if len(size) != len(stride) or any(n < 0 for n in size) or any(s < 0 for s in stride) or offset < 0:
+        raise ShapeError(f"as_strided {t}: size {list(size)}, stride {list(stride)} and offset {offset} must be "
+                         f"as many non-negative numbers")
+    if all(size) and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= t.shape[0]:
+        raise ShapeError(f"as_strided {t}: size {list(size)}, stride {list(stride)} and offset {offset} read past "
+                         f"the storage's {t.shape[0]} elements")
+    return t.with_shape(tuple(size))
+
+
+def _as_strided_view(x, out, size, stride, offset):
+    """x[offset + sum_k stride_k * c_k] at coordinates c, sharing x's memory (elements may repeat)."""
+    step = x.strides[0]
+    return np.lib.stride_tricks.as_strided(x[offset:], tuple(size), tuple(s * step for s in stride))
+
+
+def _as_strided_vjp(b, g, x, out, size, stride, offset):
+    """Each element of g added into the storage element it reads (an element read twice gets both)."""
+    pos = b.const(offset, i64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        pos = b.add(pos, b.reshape(b.mul(b.arange(start=0, stop=n, step=1, dtype=i64), s), shape=shape))
+    n = math.prod(size)
+    idx = b.reshape(b.broadcast_to(pos, shape=tuple(size)) if size else pos, shape=[n])
+    return (b.scatter_add(b.zeros_like(x), idx, b.reshape(g, shape=[n]), axis=0),)
+
+
+AS_STRIDED = register(OpDef("as_strided", "movement", 1, _as_strided_infer,
+                            lambda x, **attrs: _as_strided_view(x, None, **attrs).copy(),
+                            {"size": Attr("ints"), "stride": Attr("ints"), "offset": Attr("int")}, _as_strided_vjp,
+                            view=View(as_strided_map, strided=_as_strided_view)))
 
 
 def _concat_infer(types, axis):
