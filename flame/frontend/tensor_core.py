@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
-from flame.frontend import autocast, legacy_types, opmath
+from flame.frontend import autocast, opmath
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.data_writes import DATA_LINK
@@ -131,10 +131,6 @@ class TensorCore:
             dt = dtype_of(dtype)
             out = out if dt == out.dtype else apply("cast", out, dtype=dt)
         return out.clone() if copy and out is self else out
-
-    def type(self, dtype=None, non_blocking: bool = False):
-        """torch's: the type's name ("flame.FloatTensor"), or this tensor converted (frontend/legacy_types.py)."""
-        return legacy_types.type_name(self) if dtype is None else legacy_types.converted(self, dtype, non_blocking)
 
     def float(self) -> Tensor:
         return self.to(f32)

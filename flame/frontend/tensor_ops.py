@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, more_math, opmath, views
+from flame.frontend import data_dependent, legacy_types, more_math, opmath, views
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.broadcasting import broadcast_tensors
@@ -699,6 +699,10 @@ class TensorOps:
     def is_pinned(self, device=None) -> bool:
         """False: a flame tensor is never a page-locked host copy (see pin_memory)."""
         return False
+
+    def type(self, dtype=None, non_blocking: bool = False):
+        """torch's: the type's name ("flame.FloatTensor"), or this tensor converted (frontend/legacy_types.py)."""
+        return legacy_types.type_name(self) if dtype is None else legacy_types.converted(self, dtype, non_blocking)
 
     def share_memory_(self):
         """self, unchanged, as torch's returns it: flame has no storage shared between processes (a tensor
