@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from numbers import Number
 
-import numpy as np
-
 from flame.distributions import _frontend as ops
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import finfo
 
 __all__ = ["EULER", "broadcast_all", "clamp_probs", "lazy_property", "logits_to_probs", "probs_to_logits"]
 
@@ -17,17 +16,17 @@ EULER = 0.57721566490153286060  # the Euler-Mascheroni constant (torch.distribut
 
 def finfo_eps(dtype) -> float:
     """The machine epsilon of a floating dtype (torch.finfo(dtype).eps)."""
-    return 2.0**-7 if dtype.name == "bf16" else float(np.finfo(dtype.np_dtype).eps)
+    return float(finfo(dtype).eps)
 
 
 def finfo_tiny(dtype) -> float:
     """The smallest positive normal value of a floating dtype (torch.finfo(dtype).tiny)."""
-    return 2.0**-126 if dtype.name == "bf16" else float(np.finfo(dtype.np_dtype).tiny)
+    return float(finfo(dtype).tiny)
 
 
 def finfo_min(dtype) -> float:
     """The most negative finite value of a floating dtype (torch.finfo(dtype).min)."""
-    return float(np.finfo(dtype.np_dtype).min)
+    return float(finfo(dtype).min)
 
 
 def broadcast_all(*values) -> tuple[Tensor, ...]:

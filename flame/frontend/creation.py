@@ -27,7 +27,7 @@ from flame.frontend.random_ints import check_bounds, integers
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
 from flame.frontend.tensor_core import full as _full
 from flame.frontend.tensor_core import placed, where
-from flame.ir.dtypes import DType, bf16, dtype_of, f32, f64, i64, u8
+from flame.ir.dtypes import DType, bf16, dtype_of, f32, f64, finfo, i64, u8
 from flame.ir.ops.creation import arange_len
 from flame.runtime import device as _device
 from flame.runtime.device import executor
@@ -340,7 +340,7 @@ def rand(*shape, dtype=None, device=None, generator: Generator | None = None, re
     the multiples of 2**-digits below 1 too)."""
     dt = float_dtype(dtype)
     if dt.is_float and dt.itemsize < 4:
-        digits = np.finfo(dt.np_dtype).nmant + 1
+        digits = finfo(dt).nmant + 1
         u = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), f32)
         t = ((u * float(2**digits)).floor() * float(2.0**-digits)).to(dt)
     else:

@@ -25,7 +25,7 @@ from flame.frontend.opmath import composite, float_gradient, fused, half_gradien
 from flame.frontend.promotion import coefficient, fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
-from flame.ir.dtypes import boolean, f64, i32, i64
+from flame.ir.dtypes import boolean, f64, finfo, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
            "cov", "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
@@ -485,7 +485,7 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
     x = as_tensor(input)
     if not x.dtype.is_float:  # (a new tensor, as torch's: a write into it must not reach the input)
         return x.clone() if x is input else x
-    info = np.finfo(x.dtype.np_dtype)
+    info = finfo(x.dtype)
     hi = float(info.max) if posinf is None else posinf
     lo = float(info.min) if neginf is None else neginf
     out = where(x != x, nan, where(x == math.inf, hi, where(x == -math.inf, lo, x)))

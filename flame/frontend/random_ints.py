@@ -15,13 +15,11 @@ from __future__ import annotations
 import math
 import warnings
 
-import numpy as np
-
 from flame.errors import ArgumentRangeError
 from flame.frontend.context import user_location
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
-from flame.ir.dtypes import DType, bf16, boolean, f16, f32, f64, i8, i16, i32, i64, u8
+from flame.ir.dtypes import DType, bf16, boolean, f16, f32, f64, finfo, i8, i16, i32, i64, u8
 
 _WORD = 24  # bits of each uniform word of the stream
 _MAX_BITS = 63  # a non-negative int64
@@ -39,7 +37,7 @@ def dtype_bounds(dt: DType) -> tuple[int, int]:
     if dt == boolean:
         return 0, 1
     if dt.is_float:
-        digits = np.finfo(dt.np_dtype).nmant + 1
+        digits = finfo(dt).nmant + 1
         return -(2**digits), 2**digits
     bits = 8 * dt.itemsize
     return (0, 2**bits - 1) if dt == u8 else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
@@ -53,7 +51,7 @@ def check_bounds(low: int, high: int, dt: DType) -> None:
         raise ArgumentRangeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}\n"
                                  f"  at {user_location()}")
     exact = dtype_bounds(dt)
-    lo, hi = (float(np.finfo(dt.np_dtype).min), float(np.finfo(dt.np_dtype).max)) if dt.is_float else exact
+    lo, hi = (float(finfo(dt).min), float(finfo(dt).max)) if dt.is_float else exact
     name = _C_NAMES.get(dt, dt.name)
     for what, value in (("from", low), ("to - 1", high - 1)):
         if not lo <= value <= hi:

@@ -105,10 +105,16 @@ def is_ml_dtype(np_dtype) -> bool:
     return np.dtype(np_dtype) in _ML_NP
 
 
+def finfo(d: DType):
+    """NumPy's finfo of float dtype d, bfloat16 and the float8s included (ml_dtypes.finfo: NumPy's own
+    refuses ml_dtypes' types in some NumPy versions)."""
+    return ml_dtypes.finfo(d.np_dtype) if is_ml_dtype(d.np_dtype) else np.finfo(d.np_dtype)
+
+
 def value_range(d: DType) -> tuple[float, float]:
     """(lowest, largest) finite value of dtype d (bool: 0 and 1)."""
     if d.is_float:
-        info = ml_dtypes.finfo(d.np_dtype) if is_ml_dtype(d.np_dtype) else np.finfo(d.np_dtype)
+        info = finfo(d)
         return float(info.min), float(info.max)
     if d.name == "bool":
         return 0.0, 1.0

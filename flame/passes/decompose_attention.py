@@ -40,10 +40,8 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
-
 from flame.ir.builder import Builder
-from flame.ir.dtypes import DType, boolean, f32, f64
+from flame.ir.dtypes import DType, boolean, f32, f64, finfo
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops.attention import BACKWARD, BIAS_GRAD, FORWARD, STATS, extras_of, mask_of
 from flame.passes._rewrite import DECOMPOSE_ALL, Supported, decompose  # noqa: F401  (DECOMPOSE_ALL: re-exported)
@@ -150,7 +148,7 @@ def _shift(b: Builder, m: Value) -> Value:
     """A row's max (or log-sum-exp) as the shift of its exponentials: a row with every key masked has
     -inf there; the lowest finite number instead keeps exp at 0 (not NaN from -inf - -inf) and changes
     nothing elsewhere."""
-    return b.maximum(m, float(np.finfo(m.dtype.np_dtype).min))
+    return b.maximum(m, float(finfo(m.dtype).min))
 
 
 def _softmax_rows(b: Builder, op: Op, k: Value) -> tuple[Value, Value, Value]:

@@ -32,3 +32,31 @@ def test_both_float8s_go_to_the_device_as_their_bytes(dt):
     for keep in (np.float32, np.int8, np.uint8, ml_dtypes.bfloat16):
         b = np.zeros(2, keep)
         assert cupy_storage(b) is b
+
+
+def _numpy_finfo_refusing_ml_dtypes(real):
+    """np.finfo as NumPy builds that refuse ml_dtypes' types have it (ValueError: not compatible with finfo)."""
+    def finfo(dt):
+        if is_ml_dtype(np.dtype(dt)):
+            raise ValueError(f"data type {np.dtype(dt)!r} not compatible with finfo")
+        return real(dt)
+    return finfo
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float32", "float64"])
+def test_random_draws_and_limits_need_no_numpy_finfo_of_ml_dtypes(monkeypatch, name):
+    """Where NumPy's finfo refuses bfloat16, flame's draws and dtype limits still work (they ask
+    ml_dtypes.finfo for its types: flame.ir.dtypes.finfo)."""
+    import flame
+    from flame.distributions.utils import finfo_eps, finfo_min, finfo_tiny
+    from flame.ir.dtypes import dtype_of, finfo
+
+    monkeypatch.setattr(np, "finfo", _numpy_finfo_refusing_ml_dtypes(np.finfo))
+    dt = getattr(flame, name)
+    x = flame.rand(64, dtype=dt)
+    assert 0 <= float(x.min()) and float(x.max()) < 1
+    y = flame.empty(8, dtype=dt).uniform_(-2, 2)
+    assert -2 <= float(y.min()) and float(y.max()) <= 2
+    assert flame.randint(0, 100, (16,)).dtype == flame.int64 and flame.nextafter(x, x + 1).dtype == dt
+    d = dtype_of(dt)
+    assert finfo_eps(d) == float(finfo(d).eps) and finfo_tiny(d) == float(finfo(d).tiny) and finfo_min(d) < 0
