@@ -335,7 +335,8 @@ def _axes_kept(x: Tensor, norm: Tensor, dim, keepdim: bool) -> Tensor:
     """norm with its reduced axes back as size 1, so that it broadcasts against x."""
     if keepdim or x.ndim == 0:
         return norm
-    axes = range(x.ndim) if dim is None else (dim,) if isinstance(dim, int) else dim
+    # dim=() reduces every dim, as dim=None (torch's reduction convention)
+    axes = (dim,) if isinstance(dim, int) else dim if dim is not None and len(dim) else range(x.ndim)
     return norm.reshape(*[1 if i in {a % x.ndim for a in axes} else n for i, n in enumerate(x.shape)])
 
 

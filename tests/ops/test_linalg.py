@@ -95,6 +95,19 @@ def test_torch_norm_agrees_with_linalg(p, mode):
         check(lambda t, d=dim: t.norm(p, d, True), lambda t, d=dim: t.norm(p, d, True), x, mode=mode, rtol=1e-12)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("p", (INF, -INF, 0.5, -1, 2), ids=str)
+def test_norm_over_the_empty_dim_tuple_reduces_every_dim(p, mode):
+    """dim=() reduces every dim, as dim=None (torch's convention): the inf, -inf and p < 1 norms too, whose
+    gradients put the reduced dims back (they raised a ShapeError), with keepdim and without."""
+    x = rand64(2, 3)
+    x[0, 1] = 0.0
+    for keep in (False, True):
+        check(lambda t, k=keep: t.norm(p, (), k), lambda t, k=keep: t.norm(p, (), k), x, mode=mode, rtol=1e-12)
+        check(lambda t, k=keep: flame.linalg.vector_norm(t, p, (), k),
+              lambda t, k=keep: torch.linalg.vector_norm(t, p, (), k), x, mode=mode, rtol=1e-12)
+
+
 # ---- products -----------------------------------------------------------------------------------------------
 
 
