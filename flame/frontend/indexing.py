@@ -441,6 +441,12 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
         if trace is None:
             raise TraceError(f"{what} into a traced tensor outside its trace\n  at {user_location()}")
         value = new if grad_enabled.get() else _keeping_history(trace, t, new)
+        if grad_enabled.get() and trace.requires_grad(t) and not trace.requires_grad(new):
+            value = apply("where", full((), True, boolean), new, t)  # t keeps requiring grad (the eager rule below)
+        if t._value is not None:  # a traced tensor requires grad as its new value does (t += y, y requiring grad)
+            t._requires_grad = trace.requires_grad(value)
+            if grad_enabled.get() and id(t) in trace.inputs_of:
+                trace.written_args.add(id(t))
         trace.assign(t, trace.value_of(value))
         bump(t)
         return
@@ -477,7 +483,7 @@ def _made_by_no_op(t, trace) -> bool:
     """t is a leaf of the gradient history, whether it requires grad or not: eagerly a tensor no op
     recorded; while tracing an argument of the traced function or a captured tensor."""
     if t._value is not None:
-        return trace is not None and id(t) in trace.inputs_of
+        return trace is not None and id(t) in trace.inputs_of and id(t) not in trace.written_args
     return t._node is None
 
 
@@ -530,12 +536,15 @@ def _write_view(t, new, what: str, fill: bool) -> None:
             if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
                 trace.data_written[trace.value_of(old)] = base
             merged = _keeping_history(trace, old, merged)
+        if base._value is not None:  # the base requires grad as its new value does (a view of it += y)
+            base._requires_grad = trace.requires_grad(merged)
         trace.assign(base, trace.value_of(merged))
         bump(base)
         if not untracked or owns:  # t is new from here on; a write with no gradient: t keeps its history,
             if t._value is not None:  # as its base does, and is derived again from the base when next used
                 t._value = trace.value_of(new)
                 t.requires_grad = t.requires_grad or owns
+                t._requires_grad = t._requires_grad or not detached and base._requires_grad
             t._seen = version(base)
         return
     write(t, new)

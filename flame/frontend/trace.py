@@ -120,6 +120,8 @@ class Trace:
     # id -> a traced tensor the body made a leaf that requires grad (x.detach().requires_grad_(),
     # flame.zeros(n, requires_grad=True)): backward() fills its .grad, as it does a concrete leaf's
     made_leaves: dict[int, object] = field(default_factory=dict)
+    # ids of arguments a write recorded with gradients rebound (x += y): no longer leaves, as in torch
+    written_args: set = field(default_factory=set)
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
     differentiated: tuple = ()  # tensors a flame.grad being traced differentiates by, whatever their requires_grad
     no_grad: set = field(default_factory=set)  # Values of ops recorded with gradients off (no_grad)
@@ -370,7 +372,8 @@ class Trace:
                 f"backward(): element 0 of tensors does not require grad and does not have a grad_fn (no input had "
                 f"requires_grad=True)\n  at {user_location()}"
             )
-        leaves = [t for t, _ in self.current.values() if t.requires_grad and t.dtype.is_float]
+        leaves = [t for key, (t, _) in self.current.items()
+                  if t.requires_grad and t.dtype.is_float and key not in self.written_args]
         made = [t for t in self.made_leaves.values() if t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None
         if seed is None and loss.numel() != 1:

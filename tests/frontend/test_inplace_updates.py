@@ -105,6 +105,84 @@ def test_an_inplace_op_on_an_intermediate_differentiates_through_the_write(op):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("write", ["fill_", "zero_", "copy_"])
+def test_a_constant_written_over_a_tensor_that_requires_grad_keeps_it_requiring_grad(write, compiled):
+    """fill_, zero_ and copy_ of a tensor that does not require grad, into one that does (a buffer a write
+    of a tensor requiring grad made require grad, an intermediate): it goes on requiring grad, as in torch,
+    and the gradient of what it held before is zero (compiled, it stopped requiring grad: the loss could
+    not backward(), and the input's .grad stayed None)."""
+
+    def run(lib, x, y):
+        b = lib.zeros(3)
+        b += y
+        h = x * 2.0
+        writes = {"fill_": lambda u: u.fill_(0.5), "zero_": lambda u: u.zero_(),
+                  "copy_": lambda u: u.copy_(lib.ones(3))}
+        for t in (b, h):
+            writes[write](t)
+        loss = (b * 3.0).sum() + (h * h).sum()
+        assert b.requires_grad and h.requires_grad and loss.requires_grad
+        loss.backward()
+        return loss
+
+    def grads(lib, step):
+        x, y = lib.ones(3, requires_grad=True), lib.ones(3, requires_grad=True)
+        loss = step(x, y)
+        return [float(loss)] + [t.grad.numpy() for t in (x, y)]
+
+    want = grads(torch, lambda x, y: run(torch, x, y))
+    got = grads(flame, flame.compile(lambda x, y: run(flame, x, y)) if compiled else lambda x, y: run(flame, x, y))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_write_of_a_tensor_that_requires_grad_through_a_view_makes_the_base_require_grad(compiled):
+    """zeros(3).view(-1).copy_(y) and e[1:] += y[1:]: the base and the view require grad afterwards, as in
+    torch (compiled, both went on saying False), and a loss of them alone backward()s."""
+
+    def run(lib, y):
+        d, e = lib.zeros(3), lib.zeros(3)
+        d.view(-1).copy_(y)
+        v = e[1:]
+        v += y[1:]
+        assert d.requires_grad and e.requires_grad and v.requires_grad
+        loss = (d * 3.0).sum() + (e * e).sum()
+        loss.backward()
+        return loss
+
+    yt, yf = torch.arange(3.0, requires_grad=True), flame.arange(3.0).requires_grad_()
+    want = run(torch, yt)
+    got = (flame.compile(lambda y: run(flame, y)) if compiled else lambda y: run(flame, y))(yf)
+    assert float(got) == float(want)
+    np.testing.assert_array_equal(yf.grad.numpy(), yt.grad.numpy())
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_an_argument_written_with_a_tensor_that_requires_grad_is_no_leaf(compiled):
+    """buf (an argument that does not require grad) += y: buf requires grad and is no leaf, as in torch, so
+    a later write into it is allowed, it gets no .grad, and a loss of it alone backward()s (compiled, the
+    write left buf saying it did not require grad, and once it did, it was taken for a leaf: the second
+    write was refused and buf got a .grad)."""
+
+    def run(lib, buf, y):
+        buf += y
+        assert buf.requires_grad and not buf.is_leaf if lib is torch else buf.requires_grad
+        buf.mul_(2.0)
+        loss = (buf * buf).sum()
+        loss.backward()
+        return loss
+
+    bt, yt = torch.ones(3), torch.tensor(0.5, requires_grad=True)
+    bf, yf = flame.ones(3), flame.tensor(0.5, requires_grad=True)
+    want = run(torch, bt, yt)
+    got = (flame.compile(lambda b, y: run(flame, b, y)) if compiled else lambda b, y: run(flame, b, y))(bf, yf)
+    assert float(got) == float(want) and bf.grad is None
+    np.testing.assert_array_equal(yf.grad.numpy(), yt.grad.numpy())
+    np.testing.assert_array_equal(bf.numpy(), bt.detach().numpy())
+
+
 def test_an_inplace_op_on_a_leaf_that_requires_grad_raises():
     w = flame.ones(3, requires_grad=True)
     with pytest.raises(FlameError, match="leaf Variable that requires grad"):
