@@ -566,6 +566,10 @@ class TensorOps:
     def unflatten(self, dim: int, sizes):
         """Dimension dim split into sizes (one may be -1), as torch.unflatten."""
         axis = dim_index("unflatten", dim, self.ndim)
+        sizes, n = [int(k) for k in sizes], self.shape[axis]
+        known = math.prod(k for k in sizes if k != -1)
+        if sizes.count(-1) == 1 and known and n % known == 0:  # -1 is inferred from dim's size alone (of a
+            sizes[sizes.index(-1)] = n // known  # zero-size tensor too, where the whole shape cannot say it)
         return self.reshape(*self.shape[:axis], *sizes, *self.shape[axis + 1:])
 
     def ravel(self):

@@ -252,6 +252,15 @@ def test_eager_only_selection_and_broadcasting():
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape, dim, sizes",
+                         [((0, 3, 4), 2, (-1, 2)), ((0, 3, 4), -1, (2, -1)), ((2, 6), 1, (3, -1, 1))])
+def test_unflatten_infers_minus_one_from_the_dim_alone(shape, dim, sizes, mode):
+    """unflatten's -1 comes from the size of dim, as torch's: also in a zero-size tensor, whose element count
+    cannot say it (a ShapeError was raised there)."""
+    check(lambda x: x.unflatten(dim, sizes) * 1.5, lambda x: x.unflatten(dim, sizes) * 1.5, randn(*shape), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_baddbmm(mode):
     check(lambda c, a, b: flame.baddbmm(c, a, b, beta=0.5, alpha=-1.0),
           lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=-1.0), randn(2, 3, 4), randn(2, 3, 5, key=1),
