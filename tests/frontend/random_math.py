@@ -318,8 +318,8 @@ def _masked(lib, x, *bound, fn, mask, c=0.0):
         return lib.where(m, c, x)
     if fn == "masked_fill_tensor":
         return x.masked_fill(m, lib.tensor(c, dtype=x.dtype))
-    if fn == "masked_scatter":
-        return x.masked_scatter(m, bound[0])
+    if fn == "masked_scatter":  # (x is float64 where a 0-d float64 constant promoted a 0-d x: torch wants one dtype)
+        return x.masked_scatter(m, bound[0].to(x.dtype))
     if fn == "clamp_tensor":
         return x.clamp(bound[0] - 0.5, bound[0] + 0.5)
     if fn == "clamp_min_tensor":
