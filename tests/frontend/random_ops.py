@@ -126,11 +126,13 @@ def checkpoint_family(g) -> int | None:
 
 
 def _scale(t, fp8_max: float, margin: int = 0):
-    """The f32 scale fp8_max / 2**margin / max(amax(t), 1e-12) of the recipe, as a Python float."""
+    """The f32 scale fp8_max / 2**margin / max(amax(t), 1e-12) of the recipe, as a Python float: a Python
+    number over the f32 amax, which torch computes as amax.reciprocal() * number (as flame does; a true f32
+    division differs by an ulp now and then, which moves a cast lying on a tie of the FP8 format)."""
     import torch
 
     amax = torch.tensor(float(t.detach().abs().max()), dtype=torch.float32).clamp(min=SCALE_EPS)
-    return float(torch.tensor(fp8_max / 2.0**margin, dtype=torch.float32) / amax)
+    return float((fp8_max / 2.0**margin) / amax)
 
 
 def _to_fp8(t, scale: float, dtype, fp8_max: float):
