@@ -13,7 +13,9 @@ cummax and cummin; autocast regions around the low-precision ops; views of inter
 through in place (tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
 attention with a score modification (tests/frontend/random_ops.py); reductions over dim tuples,
 sort/topk/kthvalue, integer, bool and float64 constants under type promotion, integer arithmetic,
-where and the masked ops, torch.linalg's norms and products (tests/frontend/random_math.py). A fifth
+where and the masked ops, torch.linalg's norms and products (tests/frontend/random_math.py); activations and
+hand-written math, cat/stack/pad/repeat/roll/einsum and their kin, reductions with keepdim broadcast back, and
+explicit float16/bfloat16 casts mixed with other dtypes (tests/frontend/random_common.py). A fifth
 of the programs carry an activation budget (compiled once more with it). Shapes include 0-d and
 zero-size ones. Constants (indices, masks, running statistics) live in the node's arguments, so the
 printed program is the whole program."""
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.frontend import random_math, random_ops, random_views
+from tests.frontend import random_common, random_math, random_ops, random_views
 
 UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "sin", "cos", "lgamma", "erfinv", "asin", "acos", "atan",
          "asinh", "acosh", "atanh", "erfc"]
@@ -107,6 +109,14 @@ class Program:
         nodes = list(_all_nodes(self.nodes))
         lows = [dict(n.kw)["dtype"] for n in nodes if n.op == "autocast"]
         lows += ["fp8 recipe" for n in nodes if n.op == "fp8_linear"]
+        lows += [dict(n.kw)["dtype"] for n in nodes if n.op == "lowp"]
+        return max(lows, key=lambda d: EPS[d]) if lows else None
+
+    @property
+    def casts(self) -> str | None:
+        """The least precise dtype the program casts to explicitly (random_common's lowp nodes), else None:
+        those casts round in float64 runs too, in torch and flame."""
+        lows = [dict(n.kw)["dtype"] for n in _all_nodes(self.nodes) if n.op == "lowp"]
         return max(lows, key=lambda d: EPS[d]) if lows else None
 
     @property
@@ -348,6 +358,7 @@ _APPLY = {
     **random_views.APPLY,
     **random_ops.APPLY,
     **random_math.APPLY,
+    **random_common.APPLY,
 }
 APPLY = _APPLY  # (random_ops runs checkpoint bodies with it)
 
@@ -861,6 +872,10 @@ FAMILIES = {
     random_math.int_op_family: 1,
     random_math.masked_family: 1.5,
     random_math.linalg_family: 1,
+    random_common.activation_family: 2,
+    random_common.structure_family: 2,
+    random_common.keepdim_family: 1,
+    random_common.lowp_family: 1.5,
 }
 # the families a checkpoint region draws its ops from (no views or writes: a region recomputes them)
 CHECKPOINTED = {
@@ -881,6 +896,10 @@ CHECKPOINTED = {
     random_math.int_op_family: 0.5,
     random_math.masked_family: 0.5,
     random_math.linalg_family: 0.5,
+    random_common.activation_family: 1,
+    random_common.structure_family: 0.5,
+    random_common.keepdim_family: 0.5,
+    random_common.lowp_family: 0.5,
 }
 BUDGETS = [0.0, 0.25, 0.5, 0.8, 1.0]  # activation_budget, drawn for a fifth of the programs
 

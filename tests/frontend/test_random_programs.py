@@ -160,8 +160,9 @@ WAYS = {  # (program, inputs, whether torch's loss requires grad: then each way 
 def _unit(prog: Program, way: str) -> float:
     """The allowed error per unit of magnitude for this program run this way: K roundings of the
     dtype (K_LOW of autocast's: its inputs are rounded once and it accumulates in float32)."""
-    if way != "eager f64" and prog.low_precision:
-        return K_LOW * EPS[prog.low_precision] * prog.condition
+    low = prog.casts if way == "eager f64" else prog.low_precision
+    if low:
+        return K_LOW * EPS[low] * prog.condition
     return K * EPS["float64" if way == "eager f64" else "float32"] * prog.condition
 
 
