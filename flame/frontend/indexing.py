@@ -538,6 +538,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
             merged = _keeping_history(trace, old, merged)
         if base._value is not None:  # the base requires grad as its new value does (a view of it += y)
             base._requires_grad = trace.requires_grad(merged)
+            if not untracked and id(base) in trace.inputs_of:
+                trace.written_args.add(id(base))
         trace.assign(base, trace.value_of(merged))
         bump(base)
         if not untracked or owns:  # t is new from here on; a write with no gradient: t keeps its history,

@@ -159,15 +159,20 @@ def test_a_write_of_a_tensor_that_requires_grad_through_a_view_makes_the_base_re
     np.testing.assert_array_equal(yf.grad.numpy(), yt.grad.numpy())
 
 
+@pytest.mark.parametrize("through_view", [False, True])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_an_argument_written_with_a_tensor_that_requires_grad_is_no_leaf(compiled):
-    """buf (an argument that does not require grad) += y: buf requires grad and is no leaf, as in torch, so
-    a later write into it is allowed, it gets no .grad, and a loss of it alone backward()s (compiled, the
-    write left buf saying it did not require grad, and once it did, it was taken for a leaf: the second
+def test_an_argument_written_with_a_tensor_that_requires_grad_is_no_leaf(compiled, through_view):
+    """buf (an argument that does not require grad) += y, or buf[1:] += y: buf requires grad and is no leaf,
+    as in torch, so a later write into it is allowed, it gets no .grad, and a loss of it alone backward()s
+    (compiled, the write left buf saying it did not require grad, and once it did, it was taken for a leaf: the second
     write was refused and buf got a .grad)."""
 
     def run(lib, buf, y):
-        buf += y
+        if through_view:
+            v = buf[1:]
+            v += y
+        else:
+            buf += y
         assert buf.requires_grad and not buf.is_leaf if lib is torch else buf.requires_grad
         buf.mul_(2.0)
         loss = (buf * buf).sum()
