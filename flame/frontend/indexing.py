@@ -443,9 +443,9 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
         value = new if grad_enabled.get() else _keeping_history(trace, t, new)
         if grad_enabled.get() and trace.requires_grad(t) and not trace.requires_grad(new):
             value = apply("where", full((), True, boolean), new, t)  # t keeps requiring grad (the eager rule below)
-        if t._value is not None:  # a traced tensor requires grad as its new value does (t += y, y requiring grad)
-            t._requires_grad = trace.requires_grad(value)
-            if grad_enabled.get() and id(t) in trace.inputs_of:
+        if t._value is not None and grad_enabled.get():  # a traced tensor requires grad as its new value does
+            t._requires_grad = trace.requires_grad(value)  # (t += y, y requiring grad; no_grad keeps the flag)
+            if id(t) in trace.inputs_of:
                 trace.written_args.add(id(t))
         trace.assign(t, trace.value_of(value))
         bump(t)
@@ -536,9 +536,9 @@ def _write_view(t, new, what: str, fill: bool) -> None:
             if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
                 trace.data_written[trace.value_of(old)] = base
             merged = _keeping_history(trace, old, merged)
-        if base._value is not None:  # the base requires grad as its new value does (a view of it += y)
-            base._requires_grad = trace.requires_grad(merged)
-            if not untracked and id(base) in trace.inputs_of:
+        if base._value is not None and not untracked:  # the base requires grad as its new value does
+            base._requires_grad = trace.requires_grad(merged)  # (a view of it += y)
+            if id(base) in trace.inputs_of:
                 trace.written_args.add(id(base))
         trace.assign(base, trace.value_of(merged))
         bump(base)
