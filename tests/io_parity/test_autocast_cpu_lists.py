@@ -21,7 +21,19 @@ import pytest
 import torch
 
 import flame
-from tests.io_parity.test_autocast_lists import LOWS, MODES, OPS, TOL, Fn, Op, _arrays, _dtype, _flame_inputs, _name
+from tests.io_parity.test_autocast_lists import (
+    LOWS,
+    MODES,
+    OPS,
+    TOL,
+    Fn,
+    Op,
+    _arrays,
+    _dtype,
+    _flame_inputs,
+    _name,
+    recurrent_cells,
+)
 
 CPU = "torch's CPU lists"
 M, W, V = (4, 6), (6, 5), (6,)
@@ -158,12 +170,7 @@ def test_gradients_follow_torchs_cpu_autocast(op, low, mode):
 def test_recurrent_cells_follow_torchs_cpu_autocast(cell, low, mode):
     """The cells are on none of torch's CPU lists: their linears run in the low dtype, the f32 state is
     not cast, so the results take torch's promotion of the two."""
-    torch.manual_seed(0)
-    theirs = getattr(torch.nn, cell)(6, 5)
-    mine = getattr(flame.nn, cell)(6, 5)
-    mine.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
-    r = np.random.default_rng(3)
-    x, h = r.standard_normal((4, 6)).astype(np.float32), r.standard_normal((4, 5)).astype(np.float32)
+    theirs, mine, x, h = recurrent_cells(cell)
     state = (torch.tensor(h),) * (2 if cell == "LSTMCell" else 1)
     with torch.no_grad(), torch.autocast("cpu", dtype=getattr(torch, low)):
         want = theirs(torch.tensor(x), state if len(state) == 2 else state[0])

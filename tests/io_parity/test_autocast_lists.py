@@ -590,16 +590,21 @@ def test_gradients_have_their_inputs_dtype_and_torchs_values(op, low, mode):
 # ---- the recurrent cells (torch: lstm_cell, gru_cell, rnn_tanh_cell on the lower-precision list) ----
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("low", LOWS)
-@pytest.mark.parametrize("cell", ["RNNCell", "GRUCell", "LSTMCell"])
-def test_recurrent_cells_run_in_the_low_dtype(cell, low, mode):
+def recurrent_cells(cell: str):
+    """torch's cell (seeded), flame's with its weights, an f32 input [4, 6] and state [4, 5]."""
     torch.manual_seed(0)
     theirs = getattr(torch.nn, cell)(6, 5)
     mine = getattr(flame.nn, cell)(6, 5)
     mine.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
     r = np.random.default_rng(3)
-    x, h = r.standard_normal((4, 6)).astype(np.float32), r.standard_normal((4, 5)).astype(np.float32)
+    return theirs, mine, r.standard_normal((4, 6)).astype(np.float32), r.standard_normal((4, 5)).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("low", LOWS)
+@pytest.mark.parametrize("cell", ["RNNCell", "GRUCell", "LSTMCell"])
+def test_recurrent_cells_run_in_the_low_dtype(cell, low, mode):
+    theirs, mine, x, h = recurrent_cells(cell)
     hx = [flame.tensor(h)] * (2 if cell == "LSTMCell" else 1)
 
     def step(x, *hx):
