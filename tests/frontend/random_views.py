@@ -98,8 +98,8 @@ def _write_into(lib, t, *operand, kind, c=None, key=None, index=None, dim=None, 
 
 
 def _as_strided(lib, x, size, stride, offset):
-    """x.as_strided(...) read at once (times 1.5, a new tensor: flame's as_strided is a copy where torch's
-    is a view, so a later write into the storage would reach only torch's)."""
+    """x.as_strided(...) read at once (times 1.5, a new tensor): writes through as_strided views, which
+    overlap where strides repeat elements, are tests/frontend/test_as_strided.py's."""
     return x.as_strided(size, stride, offset) * 1.5
 
 
