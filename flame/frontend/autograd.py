@@ -52,8 +52,18 @@ def _inputs(node) -> list:
 
 
 def modified_error(node) -> FlameError:
+    """A value the recomputing backward needs that a write kept nothing of (torch's node may have saved
+    nothing: a limit of flame's eager backward, not torch's error)."""
     return FlameError(f"a tensor needed to compute gradients was modified in place after it was used by "
                       f"{node.name}\n  at {node.loc}")
+
+
+def saved_modified_error(node) -> AutogradError:
+    """torch's error at backward: a tensor node saved for its backward (an input its VJP reads, or its
+    result) was written in place after, by a write that bumped its version."""
+    return AutogradError(f"one of the variables needed for gradient computation has been modified by an inplace "
+                         f"operation: a tensor {node.name} saved for its backward was modified in place after it "
+                         f"was used by {node.name}\n  at {node.loc}")
 
 
 def _topo(root: Tensor) -> list[Tensor]:
@@ -122,7 +132,7 @@ def _rebuild(
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
             # its history is the same; only a leaf's values can have changed under it
             if x is orig and isinstance(x, Tensor) and ver is not None and x._version != ver and x._node is None:
-                raise modified_error(node)
+                raise saved_modified_error(node)
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
         if node.olds:
@@ -153,7 +163,7 @@ def _read_written_leaves(node, out: Value, g: Graph, vals: dict, leaves: list, u
         orig = node.inputs[i]
         if i in positions:
             if orig._version != node.versions[i]:
-                raise modified_error(node)
+                raise saved_modified_error(node)
             if id(orig) not in vals:  # (a leaf that takes no gradient, which no other op reads)
                 vals[id(orig)] = g.add_input(orig._type(), "const")
                 leaves.append(orig)
