@@ -19,6 +19,7 @@ from flame.frontend import anomaly
 from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.counted_writes import refuse
 from flame.frontend.data_writes import live_reads
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
@@ -141,6 +142,8 @@ def _rebuild(
             _unpack(node, vals[id(t)], g, vals, leaves, unpacked, seen)
         op = vals[id(t)].producer
         live = live_reads(op, t, inputs, g, leaves, consts) if op is not None and op.name == node.name else None
+        if op is not None and op.name == node.name and (runs is None or id(t) in runs):
+            refuse(op, node, t, inputs, saved_modified_error)  # a saved value a counted write changed
         if live:  # what a write through .data changed: the VJP reads the buffer as it is now (data_writes.py)
             unpacked[op] = {**live, **unpacked.get(op, {})}
         if cut is not None and id(t) in cut:

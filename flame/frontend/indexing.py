@@ -30,6 +30,7 @@ import numpy as np
 
 from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel, write_hook
+from flame.frontend.counted_writes import mark as mark_counted
 from flame.frontend.creation import arange
 from flame.frontend.data_writes import mark_live, through_data
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
@@ -573,6 +574,8 @@ def _untracked(t, write_it, live: bool = False) -> None:
     t._past = {**(t._past or {}), version(t): old}
     if live:
         mark_live(old, t)
+    else:  # a write torch counts (detach(), no_grad): a node that saved the old value raises at backward
+        mark_counted(old)
     write_it()
     with enable_grad():
         t._node = apply("straight_through", old, Tensor._concrete(t._data.copy(), t.dtype))._node

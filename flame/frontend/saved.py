@@ -89,6 +89,12 @@ def saved_inputs(op: Op, needs: tuple) -> frozenset:
     return _reads_of(op.name, op.attrs, tuple(x.type for x in op.inputs), needs)[0]
 
 
+def saved_reads(op: Op, needs: tuple) -> tuple[frozenset, bool]:
+    """(saved_inputs, whether op's VJP reads its result), the gradients of the inputs at `needs` asked
+    for: what torch's node saves."""
+    return _reads_of(op.name, op.attrs, tuple(x.type for x in op.inputs), needs)
+
+
 class saved_tensors_hooks:
     """torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook): inside the block, pack_hook(t)
     is called on every tensor an op saves for its backward and may return any object; unpack_hook(obj)
