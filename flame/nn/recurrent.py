@@ -223,15 +223,28 @@ class RNNBase(Module):
         if length == 0:
             raise ShapeError(f"{type(self).__name__}: Expected sequence length to be larger than 0 in RNN"
                              f"\n  at {user_location()}")
+        # autocast: torch runs the whole recurrent kernel in the low dtype (input, states, weights) under its
+        # CUDA autocast (cuDNN's _cudnn_rnn, the fused cells), and under its CPU autocast where oneDNN's
+        # mkldnn_rnn_layer (on the CPU lower-precision list) runs it: an LSTM without projections over a padded
+        # input. Otherwise (CPU: RNN, GRU, a projected or packed LSTM) only the linears cast
+        kernel = "lower" if self.mode == "LSTM" and not self.proj_size and lengths is None else "keep"
+        if hx is not None:
+            parts = hx if isinstance(hx, tuple) else (hx,)
+            x, *parts = cast_inputs("lower", (x, *parts), cpu=kernel)
+            hx = tuple(parts) if isinstance(hx, tuple) else parts[0]
+        else:
+            (x,) = cast_inputs("lower", (x,), cpu=kernel)
         states = self._initial(hx, n, x)
         finals = []
         for layer in range(self.num_layers):
             outs = []
             for d, suffix in enumerate(self._suffixes(layer)):
-                w_ih, w_hh = getattr(self, f"weight_ih_{suffix}"), getattr(self, f"weight_hh_{suffix}")
-                b_ih = getattr(self, f"bias_ih_{suffix}") if self.bias else None
-                b_hh = getattr(self, f"bias_hh_{suffix}") if self.bias else None
-                w_hr = getattr(self, f"weight_hr_{suffix}") if self.proj_size else None
+                names = ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if self.bias else ()) + \
+                    (("weight_hr",) if self.proj_size else ())
+                weights = dict(zip(names, cast_inputs("lower", tuple(getattr(self, f"{k}_{suffix}") for k in names),
+                                                      cpu=kernel)))
+                w_ih, w_hh, w_hr = weights["weight_ih"], weights["weight_hh"], weights.get("weight_hr")
+                b_ih, b_hh = weights.get("bias_ih"), weights.get("bias_hh")
                 proj = F.linear(x, w_ih, b_ih)  # every step's input projection in one matmul: [T, N, G * H]
                 state = states[layer * self.directions + d]
                 steps = range(length - 1, -1, -1) if d else range(length)
