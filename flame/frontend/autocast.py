@@ -11,7 +11,8 @@ CPU lists, one of "cuda" its CUDA lists. The CUDA policies are torch's three CUD
 - "f32" ("CUDA Ops that can autocast to float32"): run in f32 (exp, log, pow, rsqrt, sum, prod,
   cumsum, softmax, log_softmax, logsumexp, the norms and the losses): f16/bf16 inputs are cast to f32;
 - "promote" ("CUDA Ops that promote to the widest input type": dot, addcmul, index_put, ...): the
-  floating inputs are cast to the widest of them;
+  floating inputs are cast to float32 where one is, else kept in the autocast dtype; as torch's, an input
+  of the other low dtype met (in argument order) before any float32 one is an error;
 - "" (none of the lists: mean, max, relu, gelu, add, var, batch_norm, ...): the op runs in its
   inputs' dtype, as outside a region (several floating dtypes: type promotion, the widest).
 torch's CPU lists are shorter: "lower" holds the GEMMs, convolutions, prelu and attention (not addmv, addr
@@ -199,16 +200,33 @@ class autocast:  # noqa: N801 - PyTorch's name
         return wrapped
 
 
+def _widest(low: DType, dtypes: list[DType]) -> DType:
+    """torch's autocast promote_type: from the region's dtype, each input in order (f64 already left out)
+    makes it float32 if either is float32 and keeps it where both are the region's dtype; any other pair
+    (the other low dtype met before a float32) is torch's RuntimeError."""
+    to = low
+    for d in dtypes:
+        if to == f32 or d == f32:
+            to = f32
+        elif not to == d == low:
+            raise DTypeError(f"Unexpected floating ScalarType in autocast's promote (an input of {d} in a region of "
+                             f"{low}): torch's autocast promotes float32 and {low} inputs only")
+    return to
+
+
 def _target(policy: str, dtypes: list[DType]) -> DType | None:
-    """The dtype `policy` casts floating inputs of these dtypes to, or None (nothing to do)."""
+    """The dtype `policy` casts floating inputs of these dtypes (in argument order) to, or None (nothing to
+    do)."""
     if policy == "keep":
         return None
     if policy == "lower":
         return _state.get().dtype
     if policy == "f32":
         return f32 if any(d in LOW for d in dtypes) else None
-    kinds = set(dtypes)
-    return functools.reduce(promote, kinds) if len(kinds) > 1 else None
+    if policy == "":  # several floating dtypes: the widest
+        kinds = set(dtypes)
+        return functools.reduce(promote, kinds) if len(kinds) > 1 else None
+    return _widest(_state.get().dtype, dtypes)
 
 
 def _eligible(policy: str, dt: DType) -> bool:
@@ -255,9 +273,9 @@ def policy(kind: str, cpu: str | None = None) -> Callable[[Callable], Callable]:
                 return fn(*args, **kwargs)
             now = cpu if st.cpu_lists and cpu is not None else kind
             if now and kwargs.get("dtype") is None:  # PyTorch: an op given an explicit dtype= is not cast
-                args = cast_inputs(now, args)
                 names = list(kwargs)
-                kwargs = dict(zip(names, cast_inputs(now, tuple(kwargs[n] for n in names))))
+                cast = cast_inputs(now, (*args, *(kwargs[n] for n in names)))  # one promote over all of them
+                args, kwargs = cast[:len(args)], dict(zip(names, cast[len(args):]))
             token = _state.set(dataclasses.replace(st, enabled=False))
             try:
                 return fn(*args, **kwargs)

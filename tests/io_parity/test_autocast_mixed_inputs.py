@@ -1,0 +1,75 @@
+"""Inputs of several floating dtypes inside an autocast region, as torch's autocast takes them.
+
+An op on torch's CUDA promote list (dot, addcmul, addcdiv, atan2, scatter_add, ...) casts its
+floating inputs with autocast's promote_type: starting from the region's dtype, each input in argument order
+(float64 ones left out) makes it float32 if either is float32 and keeps it where both are the region's dtype;
+the other low dtype met before a float32 is torch's RuntimeError ("Unexpected floating ScalarType in
+at::autocast::prioritize"), so addcmul(f32, bf16, f16) is float32 but addcmul(bf16, f16, f32) an error.
+Oracle: torch's CUDA autocast dispatch on fake CUDA tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import flame
+from tests.io_parity.test_autocast_lists import MODES, _name
+
+BF, F16, F32, F64 = "bfloat16", "float16", "float32", "float64"
+V = (6,)
+
+PROMOTE = {
+    "dot": lambda lib, a, b: lib.dot(a, b),
+    "atan2": lambda lib, a, b: lib.atan2(a, b),
+    "addcmul": lambda lib, a, b, c: lib.addcmul(a, b, c),
+    "addcdiv": lambda lib, a, b, c: lib.addcdiv(a, b, c.abs() + 1),
+}
+ORDERS = [(F16, F16), (BF, F16), (F16, BF), (F32, F16), (F16, F32), (BF, F32), (F32, BF), (BF, BF), (F16, F64),
+          (BF, F16, F32), (F32, BF, F16), (F16, F16, F16), (BF, BF, F32)]
+ROWS = [(name, dts) for name, fn in PROMOTE.items() for dts in ORDERS if fn.__code__.co_argcount - 1 == len(dts)]
+
+
+def _fake_cuda(fn, dts: tuple, low: str, shapes=None) -> str:
+    """fn's result dtype under torch's CUDA autocast of `low` on fake CUDA tensors, or "error"."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        ts = [torch.empty(s, dtype=getattr(torch, d), device="cuda") for d, s in zip(dts, shapes or [V] * len(dts))]
+    before = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", getattr(torch, low))
+    try:
+        with mode:
+            return str(fn(torch, *ts).dtype).split(".")[-1]
+    except RuntimeError:
+        return "error"
+    finally:
+        torch.set_autocast_enabled("cuda", before[0])
+        torch.set_autocast_dtype("cuda", before[1])
+
+
+def _flame(fn, arrays: list, dts: tuple, device: str, low: str, mode: str) -> str:
+    def body(*xs):
+        with flame.autocast(device, dtype=getattr(flame, low)):
+            return fn(flame, *xs)
+
+    xs = [flame.tensor(a).to(getattr(flame, d)) for a, d in zip(arrays, dts)]
+    try:
+        return _name((body if mode == "eager" else flame.compile(body))(*xs).dtype)
+    except RuntimeError:
+        return "error"
+
+
+def _arrays(dts: tuple, shapes=None) -> list:
+    r = np.random.default_rng(1)
+    return [r.uniform(0.5, 2.0, s) for s in (shapes or [V] * len(dts))]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("low", [BF, F16])
+@pytest.mark.parametrize("name,dts", ROWS, ids=[f"{n}-{'-'.join(d)}" for n, d in ROWS])
+def test_promote_list_ops_take_torchs_promote_type_in_argument_order(name, dts, low, mode):
+    fn = PROMOTE[name]
+    want = _fake_cuda(fn, dts, low)
+    assert _flame(fn, _arrays(dts), dts, "cuda", low, mode) == want, f"{name}{dts} under CUDA autocast {low}"
