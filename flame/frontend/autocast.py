@@ -216,14 +216,14 @@ def _widest(low: DType, dtypes: list[DType]) -> DType:
 
 def _target(policy: str, dtypes: list[DType]) -> DType | None:
     """The dtype `policy` casts floating inputs of these dtypes (in argument order) to, or None (nothing to
-    do)."""
-    if policy == "keep":
+    do; "": an op on none of torch's lists runs on its inputs as they are, as outside a region)."""
+    if policy in ("keep", ""):
         return None
     if policy == "lower":
         return _state.get().dtype
     if policy == "f32":
         return f32 if any(d in LOW for d in dtypes) else None
-    if policy == "":  # several floating dtypes: the widest
+    if policy == "widest":  # flame's own glue (straight_through): operands that must agree, in the widest
         kinds = set(dtypes)
         return functools.reduce(promote, kinds) if len(kinds) > 1 else None
     return _widest(_state.get().dtype, dtypes)

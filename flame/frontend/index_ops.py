@@ -27,6 +27,7 @@ import numpy as np
 
 from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.frontend import tensor as _t
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import coefficient, fits
@@ -176,6 +177,7 @@ def embedding_rows(weight, idx):
 
 
 @new_tensor
+@policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
 def scatter_add(x, dim: int, index, src):
     """x with src[.., i, ..] added at x[.., index[.., i, ..], ..] (duplicates add up)."""
     if x.ndim == 0:

@@ -14,7 +14,7 @@ from flame.ir.types import TensorType
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
 CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
-AUTOCAST = ("", "lower", "f32", "keep")  # OpDef.autocast ("keep": inputs as they are, the FP8 ops)
+AUTOCAST = ("", "lower", "f32", "promote", "widest", "keep")  # OpDef.autocast (frontend/autocast.py)
 # OpDef.cost, an elementwise op's work per element: "" a few instructions; "division" IEEE division or
 # square root (many instructions); "transcendental" a call of the math library (expf, logf, tanhf, ...)
 COSTS = ("", "division", "transcendental")
@@ -105,9 +105,12 @@ class OpDef:
     library: the library call that computes the op (also its fusion kind), e.g. "matmul";
     autocast: what `flame.autocast` does to the op's floating-point inputs (PyTorch's CUDA op lists,
         frontend/autocast.py): "lower" casts them to the autocast dtype (matmul, attention), "f32"
-        casts f16/bf16 ones to f32 (exp, log, pow, sum, cumsum), "" leaves them (none of the lists, or
-        the promote list: an op given several float dtypes gets them all in the widest), "keep" leaves
-        them as they are (the FP8 ops, whose operands have fixed roles: a bf16 tensor and its f32 scale);
+        casts f16/bf16 ones to f32 (exp, log, pow, sum, cumsum), "promote" casts them to the widest as
+        torch's promote list does (its ops are composites: scatter_add, index_put), "" leaves them as they
+        are (none of the lists: the op runs on its inputs as outside a region), "keep" too (the FP8 ops,
+        whose operands have fixed roles: a bf16 tensor and its f32 scale); "widest" casts them to the widest
+        of them (flame's straight_through, pairing a value with a gradient form that autocast may have
+        given another dtype);
     autocast_cpu: the same for a region following PyTorch's CPU op lists (device_type "cpu"), None where it
         is `autocast` (the CPU lists keep exp, log, pow, sum and cumsum off the float32 list: "");
     random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass

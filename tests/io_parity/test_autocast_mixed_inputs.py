@@ -4,10 +4,16 @@ An op on torch's CUDA promote list (dot, addcmul, addcdiv, atan2, scatter_add, .
 floating inputs with autocast's promote_type: starting from the region's dtype, each input in argument order
 (float64 ones left out) makes it float32 if either is float32 and keeps it where both are the region's dtype;
 the other low dtype met before a float32 is torch's RuntimeError ("Unexpected floating ScalarType in
-at::autocast::prioritize"), so addcmul(f32, bf16, f16) is float32 but addcmul(bf16, f16, f32) an error.
-Oracle: torch's CUDA autocast dispatch on fake CUDA tensors."""
+at::autocast::prioritize"), so addcmul(f32, bf16, f16) is float32 but addcmul(bf16, f16, f32) an error. An op
+on none of the lists (add, mul, where, maximum, index_add, scatter, ...) runs on its inputs as
+they are, as outside a region: torch's type promotion, or its error where the op takes one dtype only.
+Oracles: torch's CUDA autocast dispatch on fake CUDA tensors, and for the index ops (whose index
+tensors the fake CUDA path cannot take from the CPU) torch outside a region, with their AutocastCUDA
+registration showing that torch's autocast leaves them alone."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -73,3 +79,35 @@ def test_promote_list_ops_take_torchs_promote_type_in_argument_order(name, dts, 
     fn = PROMOTE[name]
     want = _fake_cuda(fn, dts, low)
     assert _flame(fn, _arrays(dts), dts, "cuda", low, mode) == want, f"{name}{dts} under CUDA autocast {low}"
+
+
+M = (4, 6)
+NONE = {  # on none of torch's lists: name -> (fn, its ATen op, the second input's shape)
+    "add": (lambda lib, a, b: a + b, "aten::add.Tensor", M),
+    "mul_0d": (lambda lib, a, b: a * b, "aten::mul.Tensor", ()),
+    "where": (lambda lib, a, b: lib.where(a > 1, a, b), "aten::where.self", M),
+    "where_0d": (lambda lib, a, b: lib.where(a > 1, a, b), "aten::where.self", ()),
+    "maximum": (lambda lib, a, b: lib.maximum(a, b), "aten::maximum", M),
+    "index_add": (lambda lib, a, b: a.index_add(0, lib.tensor([0, 2]), b[:2]), "aten::index_add", M),
+    "scatter": (lambda lib, a, b: a.scatter(0, lib.tensor([[0] * 6, [2] * 6]), b[:2]), "aten::scatter.src", M),
+}
+PAIRS = [(BF, F32), (F32, BF), (BF, F16), (F16, F64)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dts", PAIRS, ids="-".join)
+@pytest.mark.parametrize("name", list(NONE))
+def test_ops_on_no_list_run_on_their_inputs_as_outside_a_region(name, dts, mode):
+    fn, aten, shape = NONE[name]
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key(aten, "AutocastCUDA")
+    arrays = _arrays(dts, [M, shape])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            want = str(fn(torch, *[torch.tensor(a).to(getattr(torch, d)) for a, d in zip(arrays, dts)]).dtype)
+            want = want.split(".")[-1]
+        except RuntimeError:
+            want = "error"
+    if name in ("add", "mul_0d", "where", "where_0d", "maximum"):  # the fake CUDA dispatch says the same
+        assert _fake_cuda(fn, dts, BF, [M, shape]) == want
+    assert _flame(fn, arrays, dts, "cuda", BF, mode) == want, f"{name}{dts} under CUDA autocast"

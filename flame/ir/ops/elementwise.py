@@ -294,7 +294,7 @@ def _atan2_vjp(b, g, x, y, out):
 binary("atan2", np.arctan2, _atan2_vjp, kinds=("float",), cost=_LIBM)  # atan2(x, y): the angle of (y, x)
 STRAIGHT_THROUGH = binary(
     "straight_through", lambda x, y: np.array(np.broadcast_to(y, np.broadcast_shapes(x.shape, y.shape))),
-    lambda b, g, x, y, out: (g, None), kinds=("float",),
+    lambda b, g, x, y, out: (g, None), kinds=("float",), autocast="widest",
     doc="y's values with x's gradient: the result is y, and its gradient flows to x whole (none to y). What "
         "a write no gradient is recorded for (under no_grad, or through detach()) leaves in a tensor that has "
         "a gradient history, as torch keeps that history; removed after autodiff")

@@ -127,7 +127,7 @@ def _scatter_add_ref(x, idx, src, axis):
 
 register(OpDef("scatter_add", "opaque", 3, _scatter_add_infer, _scatter_add_ref, {"axis": Attr("int")},
                lambda b, g, x, idx, src, out, axis: (g, None, b.gather(g, idx, axis=axis)),
-               compute_f32=True, autocast_cpu="keep"))  # autocast: PyTorch's CUDA promote list, none of its CPU lists
+               compute_f32=True))  # autocast: frontend/index_ops.py's scatter_add declares torch's promote
 
 
 def _scatter_infer(types, axis):
