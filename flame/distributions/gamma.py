@@ -6,10 +6,10 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions._incomplete_gamma import gammainc
 from flame.distributions.distribution import Distribution
 from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.utils import broadcast_all, finfo_tiny
+from flame.frontend.incomplete_gamma import gammainc
 
 __all__ = ["Chi2", "Gamma"]
 
@@ -172,7 +172,7 @@ class Gamma(ExponentialFamily):
 
     def cdf(self, value):
         """gammainc(concentration, rate value), as torch's (its gradient to the concentration raises torch's
-        NotImplementedError; distributions/_incomplete_gamma.py)."""
+        NotImplementedError; frontend/incomplete_gamma.py)."""
         if self._validate_args:
             self._validate_sample(value)
         return gammainc(self.concentration, self.rate * value)
