@@ -80,6 +80,8 @@ from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
 from flame.frontend.dtype_info import finfo, iinfo
 from flame.frontend.einsum import einsum
 from flame.frontend.foreach import *  # noqa: F403  (_foreach_add, _foreach_lerp_ ...: its __all__)
+from flame.frontend.incomplete_gamma import gammainc as igamma
+from flame.frontend.incomplete_gamma import gammaincc as igammac
 from flame.frontend.memory_format import (
     channels_last,
     channels_last_3d,

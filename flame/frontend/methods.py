@@ -14,7 +14,7 @@ import functools
 import inspect
 from collections.abc import Callable
 
-from flame.frontend import autograd, autograd_grad, functional, indexing
+from flame.frontend import autograd, autograd_grad, functional, incomplete_gamma, indexing
 from flame.frontend.hooks import TensorHooks
 from flame.frontend.random_fills import TensorRandomFills
 from flame.frontend.real_tensors import TensorRealQueries
@@ -61,6 +61,14 @@ class TensorLinks:
         if not self.shape:  # raised by iter() itself, as torch's
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
+
+    def igamma(self, other):
+        """P(self, other), the regularized lower incomplete gamma function, as torch's Tensor.igamma."""
+        return incomplete_gamma.gammainc(self, other)
+
+    def igammac(self, other):
+        """Q(self, other) = 1 - P(self, other), the regularized upper one, as torch's Tensor.igammac."""
+        return incomplete_gamma.gammaincc(self, other)
 
     # ---- nn shortcuts -----------------------------------------------------------------------------
     def softmax(self, dim: int = -1, dtype=None):
