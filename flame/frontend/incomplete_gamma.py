@@ -14,9 +14,9 @@ Three ways, each where it is accurate, the others' values discarded:
   - x^a / Gamma(a) sum over n >= 1 of (-x)^n / (n! (a + n)) (Cephes' igamc_series, as torch's), with
   log Gamma(1 + a) from its Taylor series at small a.
 Against SciPy both are within about 1e-12 relative (Q down to 1e-300) for a below 100, and about 1e-10 for
-a up to 3000, where the factor exp(a log x - x - lgamma(a)) loses digits. Beyond that, with x within a few
-sqrt(a) of a, the bell is wider than _TERMS: about 1e-7 at a = 5000, 1e-3 at 1e4, and no digits left from
-5e4 on (torch's Temme expansion for large a is not here).
+a up to 3000, where the factor exp(a log x - x - lgamma(a)) loses digits. Beyond that, with x near a, the
+bell is wider than the _TERMS terms and the fraction too slow: there the result is NaN, not a sum that
+missed part of the bell (torch's Temme expansion for large a is not here).
 
 At the edges they are torch's: P(a, 0) = 0, P(a, inf) = 1, P(0, x) = 1 for x > 0, P(inf, x) = 0 for finite x;
 NaN for a negative a or x, a NaN, a = x = 0 and a = x = inf. Both operands are tensors (a Python number is
@@ -41,6 +41,7 @@ from flame.ir.dtypes import f64
 __all__ = ["gammainc", "gammaincc"]
 
 _TERMS = 512
+_WINDOW_EDGE = -37.0  # log(1e-16): a term this far below the largest adds nothing to the sum
 _FRACTION_STEPS = 64
 _FRACTION_ANY_A = 30.0  # up to this a the fraction converges in _FRACTION_STEPS steps from x = a + 1 on
 _SMALL_X = 1.1
@@ -72,12 +73,16 @@ def _lgamma1p(a):
 
 
 def _series(a, x):
-    """P(a, x) as the sum of the _TERMS terms around the peak of the bell (module doc)."""
+    """(P(a, x) as the sum of the _TERMS terms around the peak of the bell (module doc), whether those terms
+    hold it): the terms are log-concave in n, so the window holds the sum to an ulp exactly when its end terms
+    (its first only where it starts past n = 0) are below _WINDOW_EDGE times the largest."""
     start = ((x - a).floor() - _TERMS // 2).clamp(min=0)
     n = start.unsqueeze(-1) + arange(_TERMS, dtype=f64)
     a_n = a.unsqueeze(-1) + n
     log_terms = a_n * x.log().unsqueeze(-1) - x.unsqueeze(-1) - (a_n + 1).lgamma()
-    return log_terms.exp().sum(-1)
+    top = log_terms.amax(-1)
+    held = (log_terms[..., -1] - top < _WINDOW_EDGE) & ((start == 0) | (log_terms[..., 0] - top < _WINDOW_EDGE))
+    return log_terms.exp().sum(-1), held
 
 
 def _continued_fraction(a, x):
@@ -123,7 +128,8 @@ def _incomplete(a, x, lower: bool):
     fraction = (x > _SMALL_X) & (x > a + 1) & ((a <= _FRACTION_ANY_A) | ((x - a) ** 2 > 4 * a))
     small_x = (x <= _SMALL_X) & (a < 1) & (a > 0)
     q_far = _continued_fraction(where(fraction, a, 1.0), where(fraction, x, 3.0))
-    p_near = _series(where(fraction, 1.0, a), where(fraction, 1.0, x))
+    p_near, held = _series(where(fraction, 1.0, a), where(fraction, 1.0, x))
+    p_near = where(held, p_near, float("nan"))  # a bell wider than the window: no digits to give (module doc)
     if lower:
         p = where(fraction, 1 - q_far, p_near)
     else:
