@@ -15,7 +15,7 @@ FLAME = Path(__file__).resolve().parent.parent / "flame"
 # The rooms of flame, lowest layer first; rooms on one line form one layer. A room is a package under
 # flame/ (by its directory name) or a top-level module (by its file name); "flame" is the package face.
 LAYERS = [
-    ("errors", "_version", "_tempfiles", "_gc", "_lists"),  # plain helpers every layer may use
+    ("errors", "_version", "_tempfiles", "_gc", "_lists", "_identity"),  # plain helpers every layer may use
     ("_env",),  # FLAME_* settings read with errors that name the variable
     ("ir",),
     ("target",),  # what the backend can do, as data; filled in by runtime/backend.py

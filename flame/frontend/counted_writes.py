@@ -11,24 +11,20 @@ reads a marked stand-in: as an input, or as its result."""
 
 from __future__ import annotations
 
-import weakref
-
+from flame._identity import ByIdentity
 from flame.frontend.saved import saved_reads
 from flame.frontend.tensor import Tensor
 
-# id(stand-in) -> a weak reference to it
-_COUNTED: dict[int, weakref.ref] = {}
+_COUNTED = ByIdentity()  # the marked stand-ins
 
 
 def mark(old: Tensor) -> None:
     """old, the stand-in of a tensor's history from before a counted write with no gradient recorded."""
-    key = id(old)
-    _COUNTED[key] = weakref.ref(old, lambda _, k=key: _COUNTED.pop(k, None))
+    _COUNTED[old] = True
 
 
 def _counted(t) -> bool:
-    ref = _COUNTED.get(id(t)) if isinstance(t, Tensor) else None
-    return ref is not None and ref() is t
+    return isinstance(t, Tensor) and t in _COUNTED
 
 
 def refuse(op, node, t: Tensor, inputs: list, error) -> None:

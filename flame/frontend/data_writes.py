@@ -17,8 +17,8 @@ value (`traced_live_reads`)."""
 from __future__ import annotations
 
 import types
-import weakref
 
+from flame._identity import ByIdentity
 from flame.frontend.saved import vjp_reads
 from flame.frontend.tensor import Tensor
 from flame.ir.graph import Graph, Value
@@ -27,8 +27,7 @@ from flame.ir.graph import Graph, Value
 # its identity marks a write through `.data` (the link's op applies no attribute)
 DATA_LINK = types.MappingProxyType({})
 
-# id(stand-in) -> (a weak reference to it, the buffer holding its values now, its dtype)
-_LIVE: dict[int, tuple] = {}
+_LIVE = ByIdentity()  # stand-in -> (the buffer holding its values now, its dtype)
 
 
 def through_data(t: Tensor) -> bool:
@@ -39,13 +38,11 @@ def through_data(t: Tensor) -> bool:
 def mark_live(old: Tensor, now: Tensor) -> None:
     """old, the stand-in of now's history from before a write through `.data`: the values a VJP reads
     of it are those now's buffer holds when the backward runs."""
-    key = id(old)
-    _LIVE[key] = (weakref.ref(old, lambda _, k=key: _LIVE.pop(k, None)), now._data, now.dtype)
+    _LIVE[old] = (now._data, now.dtype)
 
 
 def _live(t) -> tuple | None:
-    got = _LIVE.get(id(t)) if isinstance(t, Tensor) else None
-    return got if got is not None and got[0]() is t else None
+    return _LIVE.get(t) if isinstance(t, Tensor) else None
 
 
 def live_reads(op, t: Tensor, inputs: list, g: Graph, leaves: list, consts: dict) -> dict:
@@ -60,7 +57,7 @@ def live_reads(op, t: Tensor, inputs: list, g: Graph, leaves: list, consts: dict
     for k, live in written:
         if k not in positions and not (k == -1 and result):
             continue
-        _, data, dtype = live
+        data, dtype = live
         if id(data) not in consts:
             now = Tensor._concrete(data, dtype)
             consts[id(data)] = (now, g.add_input(now._type(), "const"))

@@ -32,11 +32,11 @@ met twice (a weight used twice) records the larger amax."""
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
+from flame._identity import ByIdentity
 from flame.errors import ArgumentError
 from flame.frontend.autocast import Float8Recipe
 from flame.frontend.context import current_trace, no_grad, user_location
@@ -76,15 +76,12 @@ class Float8State:
     recipe: Float8Recipe
 
 
-# id(weight) -> (a weak reference to it, its Float8State): by identity (a Tensor's == is elementwise); an
-# entry leaves with its weight
-_STATES: dict[int, tuple[weakref.ref, Float8State]] = {}
+_STATES = ByIdentity()  # weight -> its Float8State (an entry leaves with its weight)
 
 
 def float8_state(weight: Tensor) -> Float8State | None:
     """The delayed-scaling state of `weight` (None before its first step under a delayed recipe)."""
-    got = _STATES.get(id(weight))
-    return got[1] if got is not None and got[0]() is weight else None
+    return _STATES.get(weight)
 
 
 def _state_tensor(values: np.ndarray) -> Tensor:
@@ -125,8 +122,7 @@ def _state_of(weight: Tensor, recipe: Float8Recipe) -> Float8State:
         # the state's own hook, made by the step that first uses it: not one of the user's hooks a
         # compiled step guards on (which would trace that step again at its next call)
         forget(probe.register_post_accumulate_grad_hook(_record_gradient(st)).id)
-        key = id(weight)
-        _STATES[key] = (weakref.ref(weight, lambda _, key=key: _STATES.pop(key, None)), st)
+        _STATES[weight] = st
     st.recipe = recipe
     return st
 
@@ -142,10 +138,10 @@ def scale_from_amax(a: Tensor, dtype: DType, margin: int = 0) -> Tensor:
     return (fp8_max(dtype) / 2.0**margin) / a.clamp(min=SCALE_EPS)
 
 
-# id(trace) -> (a weak reference to it, what its step has done to delayed-scaling state so far): `metas`,
-# id(meta) -> (meta, the tensor it recorded, the scale the step casts with); `inputs`, id(input tensor)
-# -> (tensor, its meta), the state Linears reading that tensor share
-_STEPS: dict[int, tuple[weakref.ref, dict]] = {}
+# trace -> what its step has done to delayed-scaling state so far: `metas`, id(meta) -> (meta, the tensor it
+# recorded, the scale the step casts with); `inputs`, id(input tensor) -> (tensor, its meta), the state
+# Linears reading that tensor share
+_STEPS = ByIdentity()
 
 
 def _step_record() -> dict | None:
@@ -154,11 +150,10 @@ def _step_record() -> dict | None:
     trace = current_trace.get()
     if trace is None:
         return None
-    got = _STEPS.get(id(trace))
-    if got is None or got[0]() is not trace:
-        key = id(trace)
-        got = _STEPS[key] = (weakref.ref(trace, lambda _, key=key: _STEPS.pop(key, None)), {"metas": {}, "inputs": {}})
-    return got[1]
+    got = _STEPS.get(trace)
+    if got is None:
+        got = _STEPS[trace] = {"metas": {}, "inputs": {}}
+    return got
 
 
 def _record(meta: Float8Meta, key: Tensor, amax_of, recipe: Float8Recipe, dtype: DType) -> Tensor:

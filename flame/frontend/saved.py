@@ -86,7 +86,7 @@ def _reads_of(name: str, attrs: dict, types: tuple, needs: tuple | None = None) 
 def saved_inputs(op: Op, needs: tuple) -> frozenset:
     """The positions of the inputs op's VJP reads itself (its reading the result aside), the gradients
     of the inputs at `needs` (True/False each) asked for: the inputs torch's node saves."""
-    return _reads_of(op.name, op.attrs, tuple(x.type for x in op.inputs), needs)[0]
+    return saved_reads(op, needs)[0]
 
 
 def saved_reads(op: Op, needs: tuple) -> tuple[frozenset, bool]:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
 
 import numpy as np
 
+from flame._identity import ByIdentity
 from flame.errors import FlameError, OverlapError, ViewError
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.tensor import Tensor
@@ -131,7 +131,7 @@ def overlapping(t: Tensor) -> bool:
     return any(s == 0 and n > 1 for n, s in zip(shape, steps))
 
 
-_STRIDED_COPIES: dict[int, tuple[weakref.ref, str]] = {}  # id -> (a copy torch's op would view, the op)
+_STRIDED_COPIES = ByIdentity()  # a copy torch's op would view -> the op
 
 
 def mark_strided_copy(t: Tensor, op: str = "as_strided") -> Tensor:
@@ -141,8 +141,7 @@ def mark_strided_copy(t: Tensor, op: str = "as_strided") -> Tensor:
     marked too."""
     for u in (t, t._base):
         if u is not None:
-            key = id(u)
-            _STRIDED_COPIES[key] = (weakref.ref(u, lambda _, key=key: _STRIDED_COPIES.pop(key, None)), op)
+            _STRIDED_COPIES[u] = op
     return t
 
 
@@ -150,8 +149,8 @@ def check_not_strided_copy(t: Tensor, what: str) -> None:
     """Refuse a write into as_strided's or unfold's result or a view of it (mark_strided_copy): in torch
     it writes into the input's storage; in flame it would silently write into a copy."""
     for u in (t, t._base):
-        ref, op = (None, "") if u is None else _STRIDED_COPIES.get(id(u), (None, ""))
-        if ref is not None and ref() is u:
+        op = None if u is None else _STRIDED_COPIES.get(u)
+        if op is not None:
             raise ViewError(f"{what}: a write into the result of {op}, which in flame is a copy of the "
                             f"elements it reads, not a view: the write would not reach the input. Write into the "
                             f"input (its views, index_put_ or scatter_), or clone() the result first\n  at "
