@@ -19,7 +19,7 @@ from flame.frontend import anomaly
 from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
-from flame.frontend.counted_writes import refuse
+from flame.frontend.counted_writes import refuse, saved_modified_error
 from flame.frontend.data_writes import live_reads
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
@@ -57,14 +57,6 @@ def modified_error(node) -> FlameError:
     nothing: a limit of flame's eager backward, not torch's error)."""
     return FlameError(f"a tensor needed to compute gradients was modified in place after it was used by "
                       f"{node.name}\n  at {node.loc}")
-
-
-def saved_modified_error(node) -> AutogradError:
-    """torch's error at backward: a tensor node saved for its backward (an input its VJP reads, or its
-    result) was written in place after, by a write that bumped its version."""
-    return AutogradError(f"one of the variables needed for gradient computation has been modified by an inplace "
-                         f"operation: a tensor {node.name} saved for its backward was modified in place after it "
-                         f"was used by {node.name}\n  at {node.loc}")
 
 
 def _topo(root: Tensor) -> list[Tensor]:
@@ -133,7 +125,7 @@ def _rebuild(
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
             # its history is the same; only a leaf's values can have changed under it
             if x is orig and isinstance(x, Tensor) and ver is not None and x._version != ver and x._node is None:
-                raise saved_modified_error(node)
+                raise saved_modified_error(node.name, node.loc)
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
         if node.olds:
@@ -143,7 +135,7 @@ def _rebuild(
         op = vals[id(t)].producer
         live = live_reads(op, t, inputs, g, leaves, consts) if op is not None and op.name == node.name else None
         if op is not None and op.name == node.name and (runs is None or id(t) in runs):
-            refuse(op, node, t, inputs, saved_modified_error)  # a saved value a counted write changed
+            refuse(op, node, t, inputs)  # a saved value a counted write changed
         if live:  # what a write through .data changed: the VJP reads the buffer as it is now (data_writes.py)
             unpacked[op] = {**live, **unpacked.get(op, {})}
         if cut is not None and id(t) in cut:
@@ -166,7 +158,7 @@ def _read_written_leaves(node, out: Value, g: Graph, vals: dict, leaves: list, u
         orig = node.inputs[i]
         if i in positions:
             if orig._version != node.versions[i]:
-                raise saved_modified_error(node)
+                raise saved_modified_error(node.name, node.loc)
             if id(orig) not in vals:  # (a leaf that takes no gradient, which no other op reads)
                 vals[id(orig)] = g.add_input(orig._type(), "const")
                 leaves.append(orig)
@@ -487,6 +479,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
                 f"grad: the function must return a scalar Tensor, got {getattr(out, 'shape', type(out).__name__)}"
             )
         ws = [trace.value_of(args[i]) for i in nums]
+        trace.refuse_counted(trace.value_of(out), ws)
         trace.builder.loc = user_location()
         gvals = autodiff(trace.graph, trace.value_of(out), ws, hooks=trace._grad_hooks([args[i] for i in nums]))
         grads = tuple(

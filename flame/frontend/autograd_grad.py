@@ -119,6 +119,7 @@ def grad(
     if trace is not None:
         root = _root(outs, seeds, "grad", create_graph)
         ws = [trace.value_of(t) for t in ins]
+        trace.refuse_counted(trace.value_of(root), ws)
         trace.builder.loc = user_location()
         hooks = trace._grad_hooks(list(ins))  # the tensors' hooks and retain_grad(), as eagerly
         got = [

@@ -85,6 +85,7 @@ class _Entry:
     needs: tuple = ()  # user outputs torch would say require grad, of a body that ran no backward (compiled_outputs)
     recompute: compiled_outputs.Recompute | None = None  # their backward, made at the first call that marks them
     data_written: tuple = ()  # the body's writes through .data, for that backward (data_writes.written_positions)
+    refused: tuple = ()  # (output, op name, location): what a backward from it refuses (Trace.refused_by_outputs)
 
     @property
     def family(self) -> tuple:
@@ -371,6 +372,7 @@ class Compiled:
             entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t)
                                 and i not in tr.returned_as_is)  # a tensor handed back itself has its history
             entry.data_written = written_positions(g, {v: tr.value_of(t) for v, t in tr.data_written.items()})
+            entry.refused = tr.refused_by_outputs(g.outputs, entry.needs)
         return self._compile(entry) if compile else entry
 
     def _compile(self, entry: _Entry) -> _Entry:
@@ -419,7 +421,8 @@ class Compiled:
                 return None, f"{dyn.describe()} cannot take size {s}: {e}; tracing this size"
             b = dyn.base
             entry = _Entry(g, None, b.trace, None, b.out_skeleton, b.n_user, b.grads, g, key,
-                           describe_arguments(self.fn, args), b.guards, b.namer, template=dyn, needs=b.needs)
+                           describe_arguments(self.fn, args), b.guards, b.namer, template=dyn, needs=b.needs,
+                           refused=b.refused)
             if c is None:  # passes, plan and kernels for this size
                 entry = self._compile(entry)
                 log.info("flame.compile: %s: s0=%d compiled from the traced graph (passes and kernels for this "
@@ -679,7 +682,7 @@ class Compiled:
         outside reaching them differentiates through the call (flame.frontend.compiled_outputs)."""
         if entry.recompute is None:
             entry.recompute = compiled_outputs.Recompute(self.name, entry.forward_graph, entry.needs,
-                                                         entry.data_written)
+                                                         entry.data_written, entry.refused)
         leaves: list = []
         skel = flatten(result, leaves)
         return unflattener(skel)(compiled_outputs.attach(entry.recompute, leaves, inputs))

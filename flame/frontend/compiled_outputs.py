@@ -31,6 +31,7 @@ from typing import Any
 
 from flame.errors import AutogradError
 from flame.frontend.context import grad_enabled, user_location
+from flame.frontend.counted_writes import saved_modified_error
 from flame.frontend.custom_function import claim
 from flame.frontend.data_writes import at_positions, traced_live_reads
 from flame.frontend.dispatch import Node, record_versions
@@ -48,16 +49,22 @@ class Recompute:
     `forward()`), its marked results `needs` (output indices), and the gradient graphs made from it,
     one per set of marked results that have a cotangent."""
 
-    def __init__(self, name: str, forward, needs: tuple[int, ...], data_written: tuple = ()):
+    def __init__(self, name: str, forward, needs: tuple[int, ...], data_written: tuple = (), refused: tuple = ()):
         self.name = name
         self._forward = forward  # () -> the traced Graph
         self.needs = needs
         self.data_written = data_written  # the body's writes through .data (data_writes.written_positions)
+        self.refused = refused  # (result, op name, location): an op that saved a value the body wrote since
         self._graphs: dict[tuple, tuple[Graph, list[bool]]] = {}
 
     def graph(self, present: tuple[int, ...]) -> tuple[Graph, list[bool]]:
         """(a graph from the forward's inputs and then the cotangents of the results at `present` to
-        the gradient of each floating-point input that has one, which inputs those are)."""
+        the gradient of each floating-point input that has one, which inputs those are). A backward from
+        a result whose history runs an op that saved a value a counted write changed after raises torch's
+        error (frontend/counted_writes.py)."""
+        for k, name, loc in self.refused:
+            if k in present:
+                raise saved_modified_error(name, loc)
         got = self._graphs.get(present)
         if got is None:
             got = self._graphs[present] = _gradient_graph(self._forward(), present, f"{self.name}_backward",

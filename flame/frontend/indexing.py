@@ -441,7 +441,7 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     if trace is not None or t._value is not None:
         if trace is None:
             raise TraceError(f"{what} into a traced tensor outside its trace\n  at {user_location()}")
-        value = new if grad_enabled.get() else _keeping_history(trace, t, new)
+        value = new if grad_enabled.get() else _keeping_history(trace, t, new, counted=True)
         if grad_enabled.get() and trace.requires_grad(t) and not trace.requires_grad(new):
             value = apply("where", full((), True, boolean), new, t)  # t keeps requiring grad (the eager rule below)
         if t._value is not None and grad_enabled.get():  # a traced tensor requires grad as its new value does
@@ -536,7 +536,7 @@ def _write_view(t, new, what: str, fill: bool) -> None:
         if untracked:
             if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
                 trace.data_written[trace.value_of(old)] = base
-            merged = _keeping_history(trace, old, merged)
+            merged = _keeping_history(trace, old, merged, counted=not through_data(t))
         if base._value is not None and not untracked:  # the base requires grad as its new value does
             base._requires_grad = trace.requires_grad(merged)  # (a view of it += y)
             if id(base) in trace.inputs_of:
@@ -581,13 +581,19 @@ def _untracked(t, write_it, live: bool = False) -> None:
         t._node = apply("straight_through", old, Tensor._concrete(t._data.copy(), t.dtype))._node
 
 
-def _keeping_history(trace, old, new):
+def _keeping_history(trace, old, new, counted: bool):
     """While tracing, the value a write no gradient is recorded for leaves in `old` (a tensor with a
     gradient history; _untracked's eager rule): new's values, with old's gradient (none when old has
-    none: a write through detach() may carry a gradient of its own, which is not old's)."""
+    none: a write through detach() may carry a gradient of its own, which is not old's). counted: a write
+    torch's version counter counts (not one through .data), after which a backward running a node that
+    saved old's value raises (frontend/counted_writes.py)."""
     token = grad_enabled.set(True)  # (enable_grad's block, without the manager object)
     try:
-        return apply("straight_through", old, new) if trace.requires_grad(old) else apply("stop_gradient", new)
+        if not trace.requires_grad(old):
+            return apply("stop_gradient", new)
+        if counted:
+            mark_counted(old, trace)
+        return apply("straight_through", old, new)
     finally:
         grad_enabled.reset(token)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from flame.errors import AutogradError, TraceError
 from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.counted_writes import refused, saved_modified_error
 from flame.frontend.data_writes import traced_live_reads
 from flame.frontend.dispatch import freed_graph_error, fresh
 from flame.frontend.hooks import (
@@ -127,6 +128,9 @@ class Trace:
     no_grad: set = field(default_factory=set)  # Values of ops recorded with gradients off (no_grad)
     # a value a write through .data replaced -> the tensor written: its VJP reads read it as it is (data_writes.py)
     data_written: dict = field(default_factory=dict)
+    # values a write torch's version counter counts replaced (under no_grad, through detach()): a backward
+    # running an op that saved one raises (counted_writes.py)
+    counted: set = field(default_factory=set)
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -372,21 +376,18 @@ class Trace:
                 f"backward(): element 0 of tensors does not require grad and does not have a grad_fn (no input had "
                 f"requires_grad=True)\n  at {user_location()}"
             )
-        leaves = [t for key, (t, _) in self.current.items()
-                  if t.requires_grad and t.dtype.is_float and key not in self.written_args]
-        made = [t for t in self.made_leaves.values() if t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None
         if seed is None and loss.numel() != 1:
             raise AutogradError(
                 f"backward(): grad can be implicitly created only for scalar outputs; a non-scalar "
                 f"{list(loss.shape)} tensor needs a gradient argument\n  at {user_location()}"
             )
-        leaf_values = [_written_leaf(self.value_of(t)) for t in leaves] + [t._value for t in made]
-        leaves += made
-        used = self._backward_ops(self.value_of(loss), leaf_values)
+        leaves, leaf_values = self._grad_leaves()
+        used, carries = self._backward_ops(self.value_of(loss), leaf_values)
         again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
         if again is not None:
             raise freed_graph_error(again.name, again.loc)
+        self._refuse_counted(used, carries)
         self.builder.loc = user_location()
         start = len(self.graph.ops)
         live = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()})
@@ -425,11 +426,45 @@ class Trace:
         else re-traces (or reuses a trace made with that value): read_python without the value."""
         self.read_python(what, read)
 
-    def _backward_ops(self, loss: Value, leaves: list[Value]) -> set:
-        """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss (not
-        the op making a leaf, where the body made one: Trace.made_leaves). A value recorded with gradients
-        off carries none: an optimizer's update of a parameter, computed under no_grad from the gradient
-        of an earlier backward, is not a path back into that backward's graph."""
+    def _grad_leaves(self) -> tuple[list, list[Value]]:
+        """(the leaves a backward fills the .grad of, the values their gradients are taken for): the
+        arguments and captured tensors that require grad (not those a write recorded with gradients
+        rebound) and the leaves the body made."""
+        leaves = [t for key, (t, _) in self.current.items()
+                  if t.requires_grad and t.dtype.is_float and key not in self.written_args]
+        made = [t for t in self.made_leaves.values() if t.requires_grad and t.dtype.is_float]
+        return leaves + made, [_written_leaf(self.value_of(t)) for t in leaves] + [t._value for t in made]
+
+    def refuse_counted(self, root: Value, leaves: list[Value]) -> None:
+        """torch's error where a backward from root to leaves runs an op that saved a value a counted
+        write replaced since (counted_writes.py)."""
+        self._refuse_counted(*self._backward_ops(root, leaves))
+
+    def _refuse_counted(self, used: set, carries: set) -> None:
+        op = refused((op for op in self.graph.ops if op in used), self.counted, carries)
+        if op is not None:
+            raise saved_modified_error(op.name, op.loc)
+
+    def refused_by_outputs(self, outputs: list[Value], needs: tuple[int, ...]) -> tuple:
+        """(index, op name, its location) for each output at `needs` a backward from which (outside the
+        trace, through compiled_outputs) runs an op that saved a value a counted write replaced."""
+        if not self.counted:
+            return ()
+        leaves = self._grad_leaves()[1]
+        got = []
+        for k in needs:
+            used, carries = self._backward_ops(outputs[k], leaves)
+            op = refused((op for op in self.graph.ops if op in used), self.counted, carries)
+            if op is not None:
+                got.append((k, op.name, op.loc))
+        return tuple(got)
+
+    def _backward_ops(self, loss: Value, leaves: list[Value]) -> tuple[set, set]:
+        """(the ops a backward from loss to leaves goes through, the values that carry a gradient from
+        the leaves): the ops on a path from a leaf to the loss (not the op making a leaf, where the body
+        made one: Trace.made_leaves). A value recorded with gradients off carries none: an optimizer's
+        update of a parameter, computed under no_grad from the gradient of an earlier backward, is not a
+        path back into that backward's graph."""
         leafset, on_path = set(leaves), set()
         carries, off = set(leafset), self.no_grad
         for op in self.graph.ops:
@@ -442,7 +477,7 @@ class Trace:
             if op is not None and op.out in carries and op not in on_path:
                 on_path.add(op)
                 stack.extend(op.inputs)
-        return on_path
+        return on_path, carries
 
 
 def _check_no_eager_history(leaves: list, grads: list) -> None:
