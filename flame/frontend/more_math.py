@@ -21,7 +21,7 @@ from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import vector_norm
-from flame.frontend.opmath import composite, float_gradient, fused, half_gradient, var_correction, wants_gradient
+from flame.frontend.opmath import composite, float_gradient, fused, half_gradient, stat_and_mean, wants_gradient
 from flame.frontend.promotion import coefficient, fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
@@ -396,16 +396,14 @@ def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = Fa
 
 def var_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,  # noqa: A002
              correction: float | None = None):
-    """(var, mean) over dim (all by default): var's arguments."""
-    dim, c = var_correction("var_mean", dim, unbiased, correction, keepdim)
-    return input.var(dim, keepdim=keepdim, correction=c), input.mean(dim, keepdim=keepdim)
+    """(var, mean) over dim (all by default): var's arguments; the mean NaN where PyTorch's is (welford_mean)."""
+    return stat_and_mean("var_mean", input, dim, unbiased, keepdim, correction)
 
 
 def std_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,  # noqa: A002
              correction: float | None = None):
-    """(std, mean) over dim (all by default): std's arguments."""
-    dim, c = var_correction("std_mean", dim, unbiased, correction, keepdim)
-    return input.std(dim, keepdim=keepdim, correction=c), input.mean(dim, keepdim=keepdim)
+    """(std, mean) over dim (all by default): std's arguments; the mean NaN where PyTorch's is (welford_mean)."""
+    return stat_and_mean("std_mean", input, dim, unbiased, keepdim, correction)
 
 
 def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):  # noqa: A002

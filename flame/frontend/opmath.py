@@ -2,7 +2,7 @@
 type (f32) and round the result once, and its backward kernels do the same. Here: binary ops with a
 Python number (`in_opmath`), the fused pointwise ops (`fused`, `with_alpha`: add/sub with alpha, addcmul,
 addcdiv, lerp), composites of pointwise ops (`composite`: the activations), gradients of PyTorch's backward
-formulas (`with_derivative`, `wants_gradient`), and var / std.
+formulas (`with_derivative`, `wants_gradient`), and var / std (and the mean var_mean / std_mean return).
 
 PyTorch's kernels for `mul`, true `div` and `floor_divide` of an f16 / bf16 tensor by a Python number
 compute in f32, with the number converted to f32, and round the result once: `x * 0.3` is
@@ -30,7 +30,7 @@ from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.default_dtype import as_floating
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import is_scalar, result_type
-from flame.frontend.tensor import Tensor
+from flame.frontend.tensor import Tensor, reduce_axes
 from flame.ir.dtypes import DType, bf16, boolean, f16, f32
 from flame.ir.registry import get
 
@@ -279,3 +279,27 @@ def rounded_std(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
     zero = twice == 0
     form = _var_form(x, axes, keepdim, dof)
     return apply("straight_through", apply("where", zero, form * 0.0, form / apply("where", zero, 1.0, twice)), value)
+
+
+def welford_mean(x: Tensor, dim, keepdim: bool) -> Tensor:
+    """The mean of var_mean / std_mean as PyTorch's: its Welford update carries the mean through the elements
+    in order, and after an inf or NaN every later element turns it NaN (inf - inf), so the mean is +-inf only
+    where the one non-finite element is the last (the largest index on every reduced dim) and NaN wherever
+    one sits elsewhere (mean() gives +-inf there). The gradient is mean()'s."""
+    axes = reduce_axes(dim, x.ndim, "var_mean")
+    mean = x.mean(axes, keepdim=keepdim)
+    if not x.dtype.is_float or any(x.shape[a] == 0 for a in axes):
+        return mean
+    bad = (~x.isfinite()).int()
+    last = bad
+    for a in axes:
+        last = last.narrow(a, x.shape[a] - 1, 1)
+    value = apply("where", bad.sum(axes, keepdim=keepdim) > last.sum(axes, keepdim=keepdim), float("nan"), mean)
+    return apply("straight_through", mean, value.detach()) if wants_gradient(x) else value
+
+
+def stat_and_mean(op: str, x: Tensor, dim, unbiased, keepdim: bool, correction) -> tuple:
+    """(var, mean) for op "var_mean", (std, mean) for "std_mean", with torch's arguments (var_correction)."""
+    dim, c = var_correction(op, dim, unbiased, correction, keepdim)
+    spread = x.var if op == "var_mean" else x.std
+    return spread(dim, keepdim=keepdim, correction=c), welford_mean(x, dim, keepdim)

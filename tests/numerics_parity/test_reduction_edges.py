@@ -2,7 +2,8 @@
 dim, NaN through max()/min()/argmax/topk of a whole tensor, half-precision sums and norms that torch
 accumulates in f32 (a square of 300 overflows f16), sum(dtype=bool), integer sums and products that
 would overflow their input dtype, prod(dtype=) of an integer dtype, empty tensors, and the gradients of
-std at a zero deviation and of the 0-"norm" (a count)."""
+std at a zero deviation and of the 0-"norm" (a count); var_mean / std_mean's mean with an inf, NaN unless the
+inf is the last element (PyTorch's Welford update)."""
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ T = np.array([[1.0, 3, 3, 2], [5, 5, 1, 5], [2, 2, 2, 2]], np.float32)
 I = np.array([[1, 3, 0, 2], [0, -5, 1, 5], [0, 0, 0, 0]], np.int32)  # noqa: E741
 E = np.zeros((0, 3), np.float32)
 HALF = np.full(1000, 300.0, np.float32)
+INF = np.array([[1.0, 2, np.inf, 4], [np.inf, 5, 1, 2], [-np.inf, 1, 0, np.inf], [1, 2, 3, -np.inf]])
 
 CASES = {
     "argmax keepdim without dim": (lambda L, x: (x.argmax(keepdim=True), x.argmin(keepdim=True)), T),
@@ -42,6 +44,15 @@ CASES = {
         np.array([[np.inf, np.inf, 1]] * 2, np.float32),
     ),
     "std of a NaN row": (lambda L, x: (x.std(1), tuple(L.std_mean(x, 1))), N),
+    "var_mean's mean is NaN after an inf": (
+        lambda L, x: (L.var_mean(x, 1), L.std_mean(x, 0, correction=0, keepdim=True), L.var_mean(x[:2, :3], (0, 1))),
+        INF,
+    ),
+    "var_mean's mean of a last inf": (
+        lambda L, x: (L.var_mean(x[:, 3]), L.std_mean(x[1:, 2:], (1, 0)), L.var_mean(x.t(), 1, keepdim=True)),
+        INF,
+    ),
+    "var_mean's mean of half inputs with inf": (lambda L, x: L.var_mean(x.half(), 1), INF),
     "prod with an integer dtype keeps it": (
         lambda L, x: (x.prod(dtype=L.int32), x.prod(1, dtype=L.int8), x.prod(0, True, dtype=L.uint8)),
         I.astype(np.int64) + 3,
