@@ -14,8 +14,9 @@ The pattern, read from the value matmul backwards:
 
 It is rewritten only when the scores and probabilities have no reader outside the pattern (and are
 neither graph outputs nor autodiff targets), so nothing else needs them. An additive mask that needs a
-gradient (a learned bias) keeps it: the attention op's VJP gives it. One difference: a row whose keys
-are all masked out gives 0 (as torch's SDPA) instead of the hand-written softmax's NaN. A mask found in a
+gradient (a learned bias) keeps it: the attention op's VJP gives it. A row whose keys are all masked
+out gives 0 from the op (as torch's SDPA) where the hand-written softmax gives NaN, so a mask that may
+empty a row adds the softmax's NaN (value and gradients) to the op's result (_nan_rows). A mask found in a
 where (is_causal or a bool mask input) makes the op's where_mask true: a dropped score's gradient is 0,
 as the where's, also where the result's gradient is not finite (flame/ir/ops/attention.py).
 
@@ -318,9 +319,10 @@ def _keys(b: Builder, kt: Value) -> Value:
     return kt_op.inputs[0] if swaps_last else b.transpose_last(kt)
 
 
-def _emit(m: _Match, op: Op, g: Graph) -> tuple[list[Op], dict] | None:
+def _emit(m: _Match, op: Op, g: Graph, gradients: bool) -> tuple[list[Op], dict] | None:
     """The helper ops to insert before `op` and op's new inputs and attributes, or None if the op's
-    shape rule refuses (batch dimensions that only broadcast, ranks that differ ...)."""
+    shape rule refuses (batch dimensions that only broadcast, ranks that differ ...). `gradients`: the
+    result is still to be differentiated (_nan_rows)."""
     scratch = Graph()
     b = Builder(scratch, op.loc)
     k = _keys(b, m.kt)
@@ -329,18 +331,47 @@ def _emit(m: _Match, op: Op, g: Graph) -> tuple[list[Op], dict] | None:
         causal = _causal_mask(m, g, *op.inputs[0].shape[-2:])
         mask = None if causal else b.logical_not(mask) if m.mask_kind == "drop" else mask
     attrs = {"scale": m.scale, "is_causal": causal, "enable_gqa": False, "where_mask": m.mask_kind in ("keep", "drop")}
-    return _emitted(scratch, b, op, (m.q, k, m.v, *(() if mask is None else (mask,))), attrs)
+    empty_rows = mask is not None and op.inputs[0].shape[-1] > 0  # (no keys: zeros, as the softmax's)
+    return _emitted(scratch, b, op, (m.q, k, m.v, *(() if mask is None else (mask,))), attrs,
+                    (lambda out: _nan_rows(b, m, mask, out, gradients)) if empty_rows else None)
 
 
-def _emitted(scratch: Graph, b: Builder, op: Op, inputs: tuple, attrs: dict) -> tuple[list[Op], dict] | None:
+def _nan_rows(b: Builder, m: _Match, mask: Value, out: Value, gradients: bool) -> Value:
+    """out with NaN in the rows whose keys the mask takes out, as the hand-written softmax gives
+    (exp(-inf - -inf)), where the attention op gives 0; the term's gradient is NaN where that softmax's
+    is: v's always, and for an additive mask q's row, all of k's and the mask's row (a where's gradient
+    is 0 at a dropped score, so there q's and k's stay finite); without `gradients`, the NaN alone."""
+    dt = out.dtype
+    taken = b.cast(mask, dtype=dt) if mask.dtype != dt else mask  # keep (True takes part) or additive
+    row = b.reduce_max(taken, axes=[-1], keepdim=True)
+    empty = b.eq(row, float("-inf") if m.mask_kind == "additive" else 0.0)
+    nan = b.where(empty, float("nan"), b.const(0.0, dt))  # times a where, so that the gradient is 0 in other rows
+    if not gradients:
+        return b.add(out, nan)
+    parts = [b.reduce_sum(m.v, axes=[-2], keepdim=True)]
+    if m.mask_kind == "additive":
+        parts += [b.reduce_sum(m.q, axes=[-1], keepdim=True), b.reduce_sum(m.kt, axes=[-2, -1], keepdim=True),
+                  b.reduce_sum(mask, axes=[-1], keepdim=True)]
+    total = parts[0]
+    for x in parts[1:]:
+        total = b.add(total, b.cast(x, dtype=dt) if x.dtype != dt else x)
+    return b.add(out, b.mul(nan, b.where(empty, total, 0.0)))
+
+
+def _emitted(scratch: Graph, b: Builder, op: Op, inputs: tuple, attrs: dict,
+             then: Callable[[Value], Value] | None = None) -> tuple[list[Op], dict] | None:
+    """The ops making op's new value (the attention op, then `then` of its result when given): the ops to
+    insert before op, and op's new name, inputs and attributes."""
     try:
         out = b.emit(OP, *inputs, **attrs)
+        if then is not None:
+            out = then(out)
     except FlameError:
         return None
     if out.type != op.out.type:
         return None
     new = scratch.ops.pop()
-    return scratch.ops, {"inputs": new.inputs, "attrs": new.attrs}
+    return scratch.ops, {"name": new.name, "inputs": new.inputs, "attrs": new.attrs}
 
 
 def _find_matmul(x: Value) -> Op | None:
@@ -444,39 +475,42 @@ def _mask_input(m: _Match, g: Graph, op: Op) -> bool:
     return _causal_mask(m, g, *op.inputs[0].shape[-2:])
 
 
-def _rewrite_one(op: Op, g: Graph, users: dict, keep: set, differentiate) -> tuple[list[Op], dict] | None:
+def _rewrite_one(op: Op, g: Graph, users: dict, keep: set, differentiate,
+                 gradients: bool) -> tuple[list[Op], dict] | None:
     """The rewrite of the attention ending at value matmul `op` (helpers, new inputs and attributes),
     or None when there is none."""
     m = _match(op)
     if m is not None and _mask_input(m, g, op):
-        return _emit(m, op, g) if _private(m, users, keep) else None
+        return _emit(m, op, g, gradients) if _private(m, users, keep) else None
     got = _match_chain(op, g, users)
     if got is not None and _private(got[0], users, keep):
         new = _emit_chain(*got, op, g, differentiate)
         if new is not None:
             return new
-    return _emit(m, op, g) if m is not None and _private(m, users, keep) else None
+    return _emit(m, op, g, gradients) if m is not None and _private(m, users, keep) else None
 
 
 def rewrite_attention_in_place(g: Graph, keep: Collection[Value] = (),
-                               differentiate: Differentiate | None = None) -> int:
+                               differentiate: Differentiate | None = None, gradients: bool = True) -> int:
     """Rewrite every hand-written attention of g into one op, editing g: the value matmul becomes the
     attention op (same result value), helper ops are inserted before it, the dead pattern stays for
     DCE. `keep`: values that must stay computed as they are (autodiff's targets). `differentiate`:
     makes a score modification's VJP graph (autodiff passes its own; without it the op has none and
-    cannot be differentiated). Returns the count."""
+    cannot be differentiated). `gradients`: g is still to be differentiated (False: the pipeline's
+    rewrite of a finished graph). Returns the count."""
     users = g.users()
     keep = set(keep) | set(g.outputs)
     count = 0
     for op in [o for o in g.ops if o.name == MATMUL.name]:
-        got = _rewrite_one(op, g, users, keep, differentiate)
+        got = _rewrite_one(op, g, users, keep, differentiate, gradients)
         if got is None:
             continue
         helpers, new = got
         at = g.ops.index(op)
         g.ops[at:at] = helpers
-        op.name, op.inputs, op.attrs = OP, new["inputs"], new["attrs"]
-        op.loc = annotate_loc(op.loc, REWRITE_NOTE)
+        op.name, op.inputs, op.attrs = new["name"], new["inputs"], new["attrs"]
+        for made in (op, *(h for h in helpers if h.name == OP)):  # the op, or the op its result adds NaN rows to
+            made.loc = annotate_loc(made.loc, REWRITE_NOTE)
         count += 1
     return count
 
@@ -491,4 +525,4 @@ def rewrite_attention(g: Graph) -> Graph:
                for op in g.ops):
         return g
     new = g.copy()
-    return eliminate_dead_code(new) if rewrite_attention_in_place(new) else new
+    return eliminate_dead_code(new) if rewrite_attention_in_place(new, gradients=False) else new

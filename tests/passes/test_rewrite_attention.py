@@ -126,7 +126,9 @@ def test_forward_becomes_one_op_and_matches_torch(name, length, keys):
     fn = flame.compile(_hand_written(name, None if mask is None else flame.tensor(mask)))
     args = [flame.tensor(x) for x in (q, k, v)]
     g = fn.optimized(*args)
-    assert _ops(g).count(SDPA) == 1 and not {"matmul", "exp", "reduce_max"} & set(_ops(g)), print_graph(g)
+    assert _ops(g).count(SDPA) == 1 and not {"matmul", "exp"} & set(_ops(g)), print_graph(g)
+    # a reduce_max reads the mask's rows (NaN where one keeps no key), never the scores
+    assert all(o.inputs[0].type.rank < 4 for o in g.ops if o.name == "reduce_max"), print_graph(g)
     (op,) = [o for o in g.ops if o.name == SDPA]
     assert op.attrs["is_causal"] == (kind == "causal") and REWRITE_NOTE in op.loc
     assert op.attrs["scale"] == pytest.approx(1 / math.sqrt(E), rel=1e-7)
