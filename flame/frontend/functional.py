@@ -19,7 +19,7 @@ from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled
 from flame.frontend.index_ops import check_indices, embedding_rows
 from flame.frontend.norms import floating_only, param_dtype, widened
 from flame.frontend.opmath import wants_gradient
-from flame.frontend.promotion import bool_as_number
+from flame.frontend.promotion import bool_as_number, broadcast_promoted
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul, where
@@ -309,7 +309,7 @@ def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # n
     weighted sum over the summed weights, as PyTorch's."""
     no_legacy_reduction("mse_loss", size_average, reduce)
     warn_if_broadcast("mse_loss", input, target)
-    input, target = bool_as_number(input, target)
+    input, target = bool_as_number(*broadcast_promoted(input, target))
     d = input - target
     return weighted_loss_reduce(d * d, weight, input, reduction, True)
 

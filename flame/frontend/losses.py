@@ -23,7 +23,7 @@ from flame.frontend.functional import (
 )
 from flame.frontend.functional import no_legacy_reduction as _no_legacy
 from flame.frontend.norms import kernel_dtypes
-from flame.frontend.promotion import bool_as_number
+from flame.frontend.promotion import bool_as_number, broadcast_promoted
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
 from flame.frontend.views import new_tensor
@@ -356,6 +356,7 @@ def l1_loss(
     weighted sum over the summed weights, as PyTorch's."""
     _no_legacy("l1_loss", size_average, reduce)
     warn_if_broadcast("l1_loss", input, target)  # PyTorch warns and broadcasts
+    input, target = broadcast_promoted(input, target)
     return weighted_loss_reduce((input - target).abs(), weight, input, reduction, True)
 
 
@@ -374,7 +375,7 @@ def smooth_l1_loss(
         raise ArgumentRangeError(f"smooth_l1_loss does not support negative values for beta. (got {beta})"
                                  f"\n  at {user_location()}")
     warn_if_broadcast("smooth_l1_loss", input, target)  # PyTorch warns and broadcasts
-    input, target = bool_as_number(input, target)
+    input, target = bool_as_number(*broadcast_promoted(input, target))
     d = (input - target).abs()
     if beta != 0:  # torch's beta == 0 is l1_loss, whose integer refusal is mean()'s
         kernel_dtypes("smooth_l1_loss", "smooth_l1_cpu", d)

@@ -56,6 +56,16 @@ def bool_as_number(input: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:  # n
     return input.to(dt), target.to(dt)
 
 
+def broadcast_promoted(input: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """(input, target) of l1_loss / mse_loss / smooth_l1_loss in the dtype PyTorch computes them in: its
+    functional broadcasts the pair first (torch.broadcast_tensors), so a 0-d tensor counts as a dimensioned
+    one in the promotion (f32[n] with f64[] gives f64, where f32[n] - f64[] is f32)."""
+    if not (isinstance(input, Tensor) and isinstance(target, Tensor)) or input.dtype == target.dtype:
+        return input, target
+    dt = promote(input.dtype, target.dtype)
+    return input.to(dt), target.to(dt)
+
+
 def is_bool(x) -> bool:
     """Whether x is a bool tensor or a Python / NumPy bool."""
     return x.dtype == boolean if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))

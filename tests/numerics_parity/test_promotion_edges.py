@@ -2,7 +2,8 @@
 every other dtype (bf16 with f16 is f32), 0-d tensors against dimensioned ones, where() refusing a
 condition that is not bool (uint8 is taken, as torch's), and numbers written into integer tensors by
 torch's overflow rule (an unsigned dtype takes -1 as its maximum; NaN, infinities and out-of-range floats
-raise), through setitem, fill_, full, masked_fill and tensor()."""
+raise), through setitem, fill_, full, masked_fill and tensor(); and the pointwise losses of a 0-d tensor
+(torch broadcasts the pair first, so the 0-d one promotes as a dimensioned one)."""
 
 import numpy as np
 import pytest
@@ -24,6 +25,18 @@ def put(t, key, value):
     """t with t[key] = value written in place."""
     t[key] = value
     return t
+
+
+def in_cpu_autocast(L, fn):
+    """fn() inside a CPU autocast region of bf16."""
+    with L.autocast("cpu", dtype=L.bfloat16):
+        return fn()
+
+
+def pair_losses(L, a, b, **kw):
+    """l1_loss, mse_loss and smooth_l1_loss of (a, b), and of (b, a)."""
+    F = L.nn.functional
+    return tuple(f(x, y, **kw) for f in (F.l1_loss, F.mse_loss, F.smooth_l1_loss) for x, y in ((a, b), (b, a)))
 
 
 CASES = {}
@@ -68,6 +81,12 @@ CASES.update(
         "tensor [-1] u8": lambda L: L.tensor([-1, 3], dtype=L.uint8),
         "tensor [NaN] i64 raises": lambda L: L.tensor([float("nan")], dtype=L.int64),
         "tensor [-0.5] u8 raises": lambda L: L.tensor([-0.5], dtype=L.uint8),
+        # the losses broadcast their pair first (torch.broadcast_tensors): a 0-d tensor is not the weaker one
+        "losses of f32 and 0-d f64": lambda L: pair_losses(L, mk(L, "f32", [0.1, 2.3]), mk(L, "f64", 0.7)),
+        "losses of f16 and 0-d f32, unreduced": lambda L: pair_losses(
+            L, mk(L, "f16", [0.1, 2.3]), mk(L, "f32", 0.7), reduction="none"),
+        "losses of bf16 and 0-d f64 in cpu autocast": lambda L: in_cpu_autocast(
+            L, lambda: pair_losses(L, mk(L, "bf16", [0.1, 2.3]), mk(L, "f64", 0.7))),
     }
 )
 
