@@ -27,6 +27,7 @@ from flame.errors import FlameError, OverlapError, ViewError
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import is_ml_dtype
+from flame.ir.ops._layouts import contiguous_strides, view_strides
 
 
 def version(base: Tensor) -> int:
@@ -252,30 +253,18 @@ def check_overlap(out: Tensor, inputs, what: str, full: bool = False) -> None:
 
 # ---- PyTorch's layout queries ----------------------------------------------------------------------------
 
-def _contiguous_strides(shape) -> tuple[int, ...]:
-    out, s = [], 1
-    for n in reversed(shape):
-        out.append(s)
-        s *= max(n, 1)
-    return tuple(reversed(out))
-
-
 def strides(t: Tensor) -> tuple[int, ...]:
-    """Strides in elements, as torch's Tensor.stride() (a traced tensor's: the layout its view ops give
-    it from its base, _geometry)."""
-    if t._value is not None:
-        return tuple(int(s) for s in _geometry(t)[2])
-    return tuple(s // t._data.itemsize for s in t._data.strides)
+    """Strides in elements, as torch's Tensor.stride(): the layout its view ops give it from its base
+    (_geometry), eager or traced."""
+    return tuple(int(s) for s in _geometry(t)[2])
 
 
 def is_contiguous(t: Tensor) -> bool:
     """Row-major with no gaps (dims of size 1 may have any stride), as torch's is_contiguous()."""
-    if t._value is not None:
-        if t.numel() == 0:
-            return True
-        _, shape, steps = _geometry(t)
-        return all(s == want for n, s, want in zip(shape, steps, _contiguous_strides(shape)) if n != 1)
-    return bool(t._data.flags.c_contiguous)
+    if t.numel() == 0:
+        return True
+    _, shape, steps = _geometry(t)
+    return all(s == want for n, s, want in zip(shape, steps, contiguous_strides(shape)) if n != 1)
 
 
 def _owner(a):
@@ -294,16 +283,22 @@ def _storage_start(a) -> int:
 
 
 def data_ptr(t: Tensor) -> int:
-    """The address of t's first element."""
+    """The address of t's first element; 0 where it has none, as torch's."""
     t._need_concrete("data_ptr()")
-    return _address(t._data)
+    return _address(t._data) if t._data.size else 0
+
+
+def _own_offset(a) -> int:
+    """How many elements into its storage array a starts."""
+    return (_address(a) - _storage_start(a)) // a.itemsize
 
 
 def storage_offset(t: Tensor) -> int:
-    """How many elements into its storage t starts."""
+    """How many elements into its storage t starts: its base's start plus its view ops' offset (_geometry)."""
+    offset = int(_geometry(t)[0])
     if t._value is not None:
-        return int(_geometry(t)[0])
-    return (_address(t._data) - _storage_start(t._data)) // t._data.itemsize
+        return offset
+    return offset + _own_offset((t._base if t._base is not None else t)._data)
 
 
 class UntypedStorage:
@@ -385,61 +380,42 @@ def new_tensor(fn):
     return call
 
 
-def _view_strides(shape, strides, new_shape) -> list[int] | None:
-    """The strides of `shape`/`strides` seen as `new_shape` without a copy, or None where no such view
-    exists (PyTorch's rule for view and reshape: each run of dims that are contiguous in memory splits
-    or merges only within itself)."""
-    if math.prod(shape) == 0 or not shape:
-        return list(_contiguous_strides(new_shape))
-    out = [0] * len(new_shape)
-    view_d, base = len(new_shape) - 1, strides[-1]
-    numel = view_numel = 1
-    for d in range(len(shape) - 1, -1, -1):
-        numel *= shape[d]
-        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != numel * base):
-            while view_d >= 0 and (view_numel < numel or new_shape[view_d] == 1):
-                out[view_d] = view_numel * base
-                view_numel *= new_shape[view_d]
-                view_d -= 1
-            if view_numel != numel:
-                return None
-            if d > 0:
-                base, numel, view_numel = strides[d - 1], 1, 1
-    return out if view_d == -1 else None
-
-
 # id(a view's chain) -> (the chain, its base's shape, _geometry's answer): a chain never changes once made
 # (a view derived again gets a new one), and the views of one tensor (q, k, v of a packed projection) ask
 # for the layout of the same chain each
 _GEOMETRY: dict[int, tuple] = {}
 
 
+def _base_strides(t: Tensor) -> tuple[int, ...]:
+    """The strides, in elements, of a tensor that is no view: row-major while tracing; eagerly its array's
+    (a channels-last tensor's are not row-major), row-major where it has no element (NumPy's are 0)."""
+    a = t._data if t._value is None else None
+    if a is None or a.size == 0:
+        return contiguous_strides(t.shape)
+    return tuple(s // a.itemsize for s in a.strides)
+
+
 def _geometry(t: Tensor) -> tuple[int, tuple[int, ...], list[int]]:
-    """(offset from its base's first element, shape, strides), in elements, of a tensor as PyTorch would
-    lay it out: row-major, or its base's layout through the view ops that made it (the ops' `strided`
-    trait, run on a stand-in array that has the strides and no memory)."""
+    """(offset from its base's first element, shape, strides), in elements, of a tensor as PyTorch lays it
+    out: a tensor that is no view as _base_strides; a view, its base's layout through the view ops that
+    made it, each by PyTorch's rule for that op (the ops' View `layout`), eager and traced alike."""
     if t._base is None:
-        return 0, t.shape, list(_contiguous_strides(t.shape))
-    chain, base_shape = t._chain, t._base.shape
+        return 0, t.shape, list(_base_strides(t))
+    chain, base_shape, base_strides = t._chain, t._base.shape, _base_strides(t._base)
     known = _GEOMETRY.get(id(chain))
-    if known is not None and known[0] is chain and known[1] == base_shape:
+    if known is not None and known[0] is chain and known[1] == (base_shape, base_strides):
         offset, shape, strides = known[2]
         return offset, shape, list(strides)
-    offset, shape, strides = 0, base_shape, list(_contiguous_strides(base_shape))
+    offset, shape, strides = 0, base_shape, list(base_strides)
     for opdef, attrs, out in chain:
         if opdef.view is None:  # detach's: the same layout
             continue
-        if opdef.view.relabel:
-            strides = _view_strides(shape, strides, out)
-        else:
-            fake = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, strides, writeable=False)
-            moved = opdef.view.strided(fake, out, **attrs)
-            offset += _address(moved) - _address(fake)
-            strides = list(moved.strides)
-        shape = out
+        moved, strides = opdef.view.layout(shape, strides, out, **attrs)
+        offset, shape = offset + moved, out
     if len(_GEOMETRY) >= 4096:
         _GEOMETRY.clear()
-    _GEOMETRY[id(chain)] = (chain, base_shape, (offset, shape, tuple(strides)))  # (holds chain: its id stays its)
+    # (holds chain: its id stays its)
+    _GEOMETRY[id(chain)] = (chain, (base_shape, base_strides), (offset, shape, tuple(strides)))
     return offset, shape, strides
 
 
@@ -454,4 +430,4 @@ def traced_view(x: Tensor, opdef, shape) -> bool:
     of what it was detached from, linked with the stop_gradient op in its chain."""
     if not opdef.view.relabel or x._base is None:
         return True
-    return _view_strides(*_layout(x), shape) is not None
+    return view_strides(*_layout(x), shape) is not None

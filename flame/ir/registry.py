@@ -63,12 +63,17 @@ class View:
     that only reorders axes (permute), op -> the order: output axis k is input axis perm(op)[k].
     strided(array, out, **attrs): the op as PyTorch's view, sharing the input's storage: a NumPy or
     CuPy view of a NumPy or CuPy array (out: the output's shape), which may be a copy only where PyTorch's
-    reshape copies too; None where PyTorch copies (flip). Eager views are made so (frontend/views.py)."""
+    reshape copies too; None where PyTorch copies (flip). Eager views are made so (frontend/views.py).
+    layout(shape, strides, out, **attrs): PyTorch's layout of the result from its input's (shape and
+    strides, in elements): (how many elements past the input's first its first lies, its strides), by
+    PyTorch's rule for the op, which fixes the strides of dims of size 1 and of tensors with no element
+    that the elements alone leave open (frontend/views.py reads a view's stride() and storage_offset() so)."""
 
     index_map: Callable[[Op], Any]  # an IndexMap (flame.ir.indexmap, which reads this registry) or None
     relabel: bool = False
     perm: Callable[[Op], tuple[int, ...]] | None = None  # a view that only reorders axes (permute): its order
     strided: Callable[..., Any] | None = None
+    layout: Callable[..., tuple[int, list[int]]] | None = None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -18,6 +19,15 @@ from flame.ir.indexmap import (
     reshape_map,
     slice_map,
 )
+from flame.ir.ops._layouts import (
+    as_strided_layout,
+    expand_layout,
+    permute_layout,
+    reshape_layout,
+    slice_layout,
+    squeeze_layout,
+    unsqueeze_layout,
+)
 from flame.ir.ops._shapes import broadcast_shapes, norm_axes, norm_axis
 from flame.ir.registry import Attr, OpDef, View, register
 
@@ -26,7 +36,7 @@ def _reshaped(x, out, **_):
     return x.reshape(out)
 
 
-_RELABEL = View(reshape_map, relabel=True, strided=_reshaped)  # contiguous bytes, another shape
+_RELABEL = View(reshape_map, relabel=True, strided=_reshaped, layout=reshape_layout)  # contiguous bytes, another shape
 
 
 def _reshape_infer(types, shape):
@@ -53,7 +63,7 @@ def _broadcast_infer(types, shape):
 register(OpDef("broadcast_to", "movement", 1, _broadcast_infer,
                lambda x, shape: np.broadcast_to(x, shape).copy(), {"shape": Attr("ints")},
                lambda b, g, x, out, shape: (b.sum_to(g, x.shape),),
-               view=View(broadcast_map, strided=lambda x, out, shape: np.broadcast_to(x, out))))
+               view=View(broadcast_map, strided=lambda x, out, shape: np.broadcast_to(x, out), layout=expand_layout)))
 
 
 def _permute_infer(types, perm):
@@ -73,7 +83,7 @@ def _permute_vjp(b, g, x, out, perm):
 register(OpDef("permute", "movement", 1, _permute_infer, lambda x, perm: np.transpose(x, perm),
                {"perm": Attr("ints")}, _permute_vjp,
                view=View(permute_map, perm=lambda op: op.attrs["perm"],
-                         strided=lambda x, out, perm: x.transpose(perm))))
+                         strided=lambda x, out, perm: x.transpose(perm), layout=permute_layout)))
 
 
 def slice_len(start: int, stop: int, step: int) -> int:
@@ -131,7 +141,8 @@ def _slice_vjp(b, g, x, out, starts, stops, steps):
 
 SLICE = register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref,
                        {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp,
-                       view=View(slice_map, strided=lambda x, out, **attrs: _slice_ref(x, **attrs))))
+                       view=View(slice_map, strided=lambda x, out, **attrs: _slice_ref(x, **attrs),
+                                 layout=slice_layout)))
 
 
 def _as_strided_infer(types, size, stride, offset):
@@ -168,7 +179,8 @@ def _as_strided_vjp(b, g, x, out, size, stride, offset):
 AS_STRIDED = register(OpDef("as_strided", "movement", 1, _as_strided_infer,
                             lambda x, **attrs: _as_strided_view(x, None, **attrs).copy(),
                             {"size": Attr("ints"), "stride": Attr("ints"), "offset": Attr("int")}, _as_strided_vjp,
-                            view=View(as_strided_map, strided=_as_strided_view)))
+                            view=View(as_strided_map, strided=_as_strided_view,
+                                      layout=as_strided_layout)))
 
 
 def _concat_infer(types, axis):
@@ -229,10 +241,10 @@ def _unsqueeze_infer(types, axes):
 _to_input_shape = lambda b, g, x, out, axes: (b.reshape(g, shape=x.shape),)  # noqa: E731
 register(OpDef("squeeze", "movement", 1, _squeeze_infer,
                lambda x, axes: np.squeeze(x, axis=tuple(axes)), {"axes": Attr("ints")}, _to_input_shape,
-               view=_RELABEL))
+               view=dataclasses.replace(_RELABEL, layout=squeeze_layout)))
 register(OpDef("unsqueeze", "movement", 1, _unsqueeze_infer,
                lambda x, axes: np.expand_dims(x, axis=tuple(axes)), {"axes": Attr("ints")},
-               _to_input_shape, view=_RELABEL))
+               _to_input_shape, view=dataclasses.replace(_RELABEL, layout=unsqueeze_layout)))
 
 
 def _pad_infer(types, pads, value):
