@@ -122,9 +122,10 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
     torch's values and gradients (an element read twice gets both; an element of the storage outside a
     view input's own gets none, as torch's backward, which is input's), eagerly and inside @flame.compile,
     with torch's errors (negative strides, an offset or extent beyond the storage). As torch's, the result
-    is a view of the storage (the op as_strided of its flat base): its stride(), storage_offset() and
-    is_contiguous() are torch's and a write into it reaches input. Of a view that requires grad, or one
-    through detach(), it is a copy, a write into which raises; as_strided_ raises."""
+    is a view of the storage (the op as_strided of its flat base, or of its detached base through detach()):
+    its stride(), storage_offset() and is_contiguous() are torch's and a write into it reaches input. Of a
+    view that requires grad and reads storage outside its own elements (which get no gradient) it is a
+    copy, a write into which raises; as_strided_ raises."""
     size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
     where = f"\n  at {user_location()}"
     if len(size) != len(stride):
@@ -145,26 +146,30 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
                          f"itemsize {item} requiring a storage size of {need * item} are out of bounds for "
                          f"storage of size {base.numel() * item}{where}")
     detached = any(opdef.view is None for opdef, _, _ in input._chain)
-    if not detached and (input._base is None or not input.requires_grad) and _flat_storage(base):
-        # torch's view of the storage: base's elements as a flat vector, read at the strides (a write into
-        # it, or into a view of it, reaches input; its stride(), storage_offset() and is_contiguous() are torch's)
-        return apply("as_strided", base.reshape(-1), size=size, stride=stride, offset=offset)
-    # a view that requires grad (torch's gradient reaches only its own elements) or one through detach(): a copy
+    if detached and input.requires_grad:
+        raise NotImplementedError(f"as_strided of a detached view that requires grad (x.detach()"
+                                  f".requires_grad_()): flame reads the storage through the tensor it was "
+                                  f"detached from; clone() it first{where}")
     idx = np.full(size, offset, dtype=np.int64)
     for d, (n, s) in enumerate(zip(size, stride)):
         idx += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(size) - d - 1))
-    if detached:  # a view through detach: base's gradient is not its
-        if input.requires_grad:
-            raise NotImplementedError(f"as_strided of a detached view that requires grad (x.detach()"
-                                      f".requires_grad_()): flame reads the storage through the tensor it was "
-                                      f"detached from; clone() it first{where}")
-        base = base.detach()
-    picked = base.reshape(-1)[tensor(idx)]
-    if input._base is not None and picked.requires_grad:
-        mine = np.isin(idx, views.positions(input))  # torch's gradient reaches only input's own elements
-        if not mine.all():
-            picked = select(tensor(mine), picked, picked.detach())
-    return views.mark_strided_copy(picked)
+    own = None if input._base is None or not input.requires_grad else views.positions(input)
+    # torch's gradient reaches only input's own elements: the gradient of a view of the storage is torch's
+    # where it reads no other element and the storage's gradient flows on to input's history
+    if _flat_storage(base) and (own is None or base.requires_grad and np.isin(idx, own).all()):
+        # torch's view of the storage: base's elements as a flat vector, read at the strides (a write into
+        # it, or into a view of it, reaches input; its stride(), storage_offset() and is_contiguous() are
+        # torch's); through detach(), a view of the detached storage, which carries no gradient
+        storage = base.detach() if detached else base
+        return apply("as_strided", storage.reshape(-1), size=size, stride=stride, offset=offset)
+    # a copy: input's own elements read from input (its gradient is theirs), the others from the storage
+    flat = (base if own is None and not detached else base.detach()).reshape(-1)[tensor(idx)]
+    if own is not None:
+        at = np.full(base.numel(), -1, dtype=np.int64)
+        at[own.reshape(-1)] = np.arange(own.size, dtype=np.int64)
+        mine = at[idx]
+        flat = select(tensor(mine >= 0), input.reshape(-1)[tensor(np.maximum(mine, 0))], flat)
+    return views.mark_strided_copy(flat)
 
 
 def _flat_storage(base: Tensor) -> bool:

@@ -104,12 +104,64 @@ def test_a_write_into_its_result_reaches_the_input_as_torch(write):
     np.testing.assert_array_equal(step(flame.tensor(X)).numpy(), want.numpy())
 
 
-def test_a_write_into_its_result_of_a_view_that_requires_grad_is_refused():
-    """The result of as_strided of a view that requires grad is a copy in flame (torch's gradient reaches
-    only the view's own elements), so a write into it, which torch's would make into the input, raises."""
+def _written_through(lib, make, write_grad: bool):
+    """(the result's layout, the storage after a write into the result, the leaf's gradient)."""
+    x = lib.tensor(X, requires_grad=True)
+    y = x * 1
+    out = make(y, x)
+    layout = (tuple(out.stride()), out.storage_offset(), out.requires_grad)
+    w = lib.tensor(np.cos(np.arange(out.numel())).reshape(out.shape))
+    if write_grad:
+        out.mul_(w)
+        y.sum().backward()
+    else:
+        with lib.no_grad():
+            out.mul_(w)
+    return layout, y.detach().numpy().copy(), None if x.grad is None else x.grad.numpy()
+
+
+VIEW_INPUTS = {
+    # of a view that requires grad, reading only its own elements: a view, as torch's
+    "of a view that requires grad": (lambda y, x: y.view(3, 4)[1:].as_strided((3, 2), (2, 1)), True),
+    "of a transposed view that requires grad": (lambda y, x: y.view(3, 4).t()[1:].as_strided((2, 2), (1, 4), 5), True),
+    # through detach(): a view of the storage that carries no gradient
+    "of a detached tensor": (lambda y, x: y.detach().as_strided((2, 2), (1, 4), 1), False),
+    "of a detached view": (lambda y, x: y.detach()[2:].as_strided((2, 2), (1, 4)), False),
+    "of a detached leaf": (lambda y, x: x.detach().view(3, 4)[1].as_strided((3,), (2,)), False),
+}
+
+
+@pytest.mark.parametrize("name", VIEW_INPUTS)
+def test_its_result_is_a_view_that_a_write_reaches_as_torch(name):
+    """as_strided of a view that requires grad and reads only its elements, or of a tensor through
+    detach(), is a view of the storage in torch: its layout, a write into it and the gradient after the
+    write are torch's."""
+    make, write_grad = VIEW_INPUTS[name]
+    want, got = _written_through(torch, make, write_grad), _written_through(flame, make, write_grad)
+    assert got[0] == want[0]
+    for a, b in zip(want[1:], got[1:]):
+        np.testing.assert_array_equal(b, a)
+
+
+def test_its_result_of_a_leaf_view_that_requires_grad_has_torchs_gradient():
+    """A leaf that is a view (arange(...).view(...).requires_grad_()): the gradient of as_strided of a
+    view of it reaches the leaf's elements that view holds, as torch's."""
+    grads = []
+    for lib in (torch, flame):
+        x = lib.arange(12.0, dtype=lib.float64).view(3, 4).requires_grad_()
+        y = x[1:].as_strided((2, 2), (1, 4), 2)  # storage 2 and 3 are not x[1:]'s
+        (y * lib.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=lib.float64)).sum().backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+def test_a_write_into_its_result_of_a_view_that_requires_grad_reading_beside_it_is_refused():
+    """The result of as_strided of a view that requires grad, reading storage outside the view (which
+    torch's gradient does not reach), is a copy in flame, so a write into it, which torch's would make
+    into the input, raises."""
     x = flame.tensor(X, requires_grad=True)
     with pytest.raises(flame.errors.ViewError, match="a write into the result of as_strided"):
-        (x * 1).view(3, 4)[1:].as_strided((3, 2), (2, 1)).add_(1.0)
+        (x * 1).view(3, 4)[1:].as_strided((3, 2), (2, 1), 1).add_(1.0)
 
 
 def _layout(t) -> tuple:
