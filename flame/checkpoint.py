@@ -31,6 +31,7 @@ from flame.frontend.creation import as_tensor as share_tensor
 from flame.frontend.dispatch import apply
 from flame.frontend.parameter import Parameter
 from flame.frontend.tensor import Tensor
+from flame.frontend.views import positions
 from flame.ir.dtypes import ALL_DTYPES, FP8_DTYPES, DType, dtype_of
 from flame.ir.registry import REGISTRY
 
@@ -188,17 +189,20 @@ _ORDERED_KEY = "flame.ordered_dict"  # header metadata of a flat file: "true" wh
 _SAME_KEY = "flame.same"  # header metadata of a flat file: name -> the earlier name it was saved as the same tensor as
 _GRAD_KEY = "flame.grad"  # header metadata: name -> how a tensor saved as a Parameter / needing gradients loads
 _OBJECT_KEY = "flame.object"  # header metadata: the saved object's structure, tensors as {"__tensor__": name}
-# header metadata: the tensors that were views of one storage, [[base shape, {name: its view chain}], ...]
+# header metadata: the tensors that were views of one storage, [[base shape, {name: its view chain}, the name
+# of the storage's other elements or null], ...]
 _VIEWS_KEY = "flame.views"
+_REST_NAME = "flame.storage."  # (+ a number) the elements of a storage no saved view holds, in storage order
 _SPARSE_STORAGE = 4  # views of a storage more than this many times their elements (plus a little) load apart
 
 
-def _view_groups(raw: dict[str, Any]) -> list:
+def _view_groups(raw: dict[str, Any]) -> tuple[list, dict[str, np.ndarray]]:
     """The saved flame tensors that share a storage (views of one base, the base among them or not; a view
-    saved alone too), as [base shape, {name: the view ops from the base, [op, attrs, shape] each}] per
-    storage, which load makes views of one storage again, as torch.load's tensors share the storage
+    saved alone too), as [base shape, {name: the view ops from the base, [op, attrs, shape] each}, rest]
+    per storage, which load makes views of one storage again, as torch.load's tensors share the storage
     torch.save wrote once. Each name still holds its own elements (plain safetensors readers see them);
-    load rebuilds the storage from them, so elements of the base no saved tensor shows load as zeros. A
+    the elements of the storage no saved tensor holds are saved too, as torch saves the whole storage,
+    in an entry of their own named `rest` (None where there are none), returned beside the groups. A
     storage far larger than what its saved views show (two rows of an embedding table) is not rebuilt:
     those views load as tensors of their own."""
     groups: dict[int, tuple[Tensor, dict]] = {}
@@ -208,7 +212,7 @@ def _view_groups(raw: dict[str, Any]) -> list:
         base = t._base if t._base is not None else t
         if t is base or np.may_share_memory(t._data, base._data):
             groups.setdefault(id(base), (base, {}))[1][name] = t
-    out = []
+    out, rests = [], {}
     for base, members in groups.values():
         if all(t is base for t in members.values()):
             continue  # the base alone (saved under several names: _SAME_KEY / _skeleton's names)
@@ -224,8 +228,17 @@ def _view_groups(raw: dict[str, Any]) -> list:
             json.dumps(chains)
         except (TypeError, ValueError):
             continue
-        out.append([list(base.shape), chains])
-    return out
+        rest = None
+        if all(t is not base for t in members.values()):
+            held = np.zeros(base.numel(), dtype=bool)
+            for t in members.values():
+                held[positions(t).reshape(-1)] = True
+            if not held.all():
+                rest = next(f"{_REST_NAME}{k}" for k in range(len(raw) + len(out) + 1)
+                            if f"{_REST_NAME}{k}" not in raw and f"{_REST_NAME}{k}" not in rests)
+                rests[rest] = _to_numpy(rest, base).reshape(-1)[~held]
+        out.append([list(base.shape), chains, rest])
+    return out, rests
 
 
 def _share_views(path: Any, tensors: dict[str, Tensor], groups: Any) -> None:
@@ -237,10 +250,13 @@ def _share_views(path: Any, tensors: dict[str, Tensor], groups: Any) -> None:
 
     if not isinstance(groups, list):
         raise bad("not a list")
+    rests = set()
     for group in groups:
-        if not (isinstance(group, list) and len(group) == 2 and isinstance(group[1], dict)):
-            raise bad(f"{_REPR.repr(group)} is not [base shape, {{name: view ops}}]")
-        shape, chains = group
+        if not (isinstance(group, list) and len(group) in (2, 3) and isinstance(group[1], dict)):
+            raise bad(f"{_REPR.repr(group)} is not [base shape, {{name: view ops}}, rest]")
+        shape, chains, rest = (*group, None) if len(group) == 2 else group
+        if rest is not None and (not isinstance(rest, str) or rest not in tensors or rest in chains):
+            raise bad(f"the storage's other elements {_REPR.repr(rest)}, which the file does not hold")
         if not (isinstance(shape, list) and len(shape) <= _MAX_DEPTH
                 and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n for n in shape)):
             raise bad(f"base shape {_REPR.repr(shape)}")
@@ -258,6 +274,7 @@ def _share_views(path: Any, tensors: dict[str, Tensor], groups: Any) -> None:
             ):
                 raise bad(f"{name!r}: {_REPR.repr(chain)} is not a list of [view op, attributes, shape]")
         storage = np.zeros(math.prod(shape), dtype=tensors[next(iter(chains))].numpy().dtype)
+        held = np.zeros(storage.size, dtype=bool)
         for name, chain in chains.items():
             pos = np.arange(storage.size, dtype=np.int64).reshape(shape)
             try:
@@ -267,13 +284,22 @@ def _share_views(path: Any, tensors: dict[str, Tensor], groups: Any) -> None:
                 raise bad(f"{name!r}: its view ops do not apply to a {shape} storage ({e})") from None
             if tuple(pos.shape) != tuple(tensors[name].shape):
                 raise bad(f"{name!r}: its view ops give shape {list(pos.shape)}, not its {list(tensors[name].shape)}")
-            storage[pos] = tensors[name].numpy()
+            storage[pos], held[pos] = tensors[name].numpy(), True
+        if rest is not None:
+            others = tensors[rest].numpy()
+            if others.dtype != storage.dtype or others.shape != (storage.size - int(held.sum()),):
+                raise bad(f"{rest!r} does not hold the {storage.size - int(held.sum())} {storage.dtype} elements "
+                          f"of the storage no view holds")
+            storage[~held] = others
+            rests.add(rest)
         base = as_tensor(storage.reshape(shape))
         for name, chain in chains.items():
             t = base
             for op, attrs, _ in chain:
                 t = apply(op, t, **attrs)
             tensors[name] = t
+    for rest in rests:
+        del tensors[rest]
 
 
 def _is_array(v: Any) -> bool:
@@ -418,7 +444,8 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     safetensors.torch.load_file reads; a tensor, or dicts / lists / tuples of tensors, numbers and
     strings (an optimizer's state_dict, {"model": ..., "epoch": 3}) keep their structure as JSON in the
     header. Nothing is pickled, so loading never runs code. As torch's: tensors that are views of one
-    storage load as views of one storage (_view_groups), a namedtuple loads as its class (found in a
+    storage load as views of one storage, with its elements no saved view holds (kept in an entry of their
+    own, flame.storage.N: _view_groups), a namedtuple loads as its class (found in a
     module the loading process has imported, _namedtuple), a dtype (flame.float32, or torch's) as flame's.
     `metadata` is extra information for the header: strings as they are, other JSON-serialisable values
     as JSON that load_metadata decodes."""
@@ -436,13 +463,13 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     else:
         raw = {}
         meta[_OBJECT_KEY] = json.dumps(_skeleton(obj, "", raw))
-    shared = _view_groups(raw)
+    shared, rests = _view_groups(raw)
     if shared:
         meta[_VIEWS_KEY] = json.dumps(shared)
     grad = {str(k): kind for k, v in raw.items() if (kind := _grad_kind(v))}
     if grad:
         meta[_GRAD_KEY] = json.dumps(grad)
-    arrays = {str(k): _to_numpy(str(k), v) for k, v in raw.items()}
+    arrays = {**{str(k): _to_numpy(str(k), v) for k, v in raw.items()}, **rests}
     data = safetensors.numpy.save(arrays, metadata=meta)
     if hasattr(f, "write"):
         f.write(data)

@@ -194,6 +194,32 @@ def test_views_of_one_storage_load_sharing_it_as_torch(what, tmp_path):
         theirs = _round_trip(torch, _views(torch)[what])
 
 
+def _storages(obj) -> list:
+    """Each tensor's whole storage, read through as_strided (the elements no tensor shows included)."""
+    return [t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0).tolist() for t in _tensors(obj)]
+
+
+STORAGE_VIEWS = {
+    **{name: (lambda lib, name=name: _views(lib)[name]) for name in ("two slices of a vector", "a view alone",
+                                                                    "strided slice and row", "column and reshape")},
+    "two views with a gap between (flat dict)": lambda lib: (lambda b: {"a": b[:3], "b": b[5:7]})(lib.arange(10.0)),
+    "a row of a matrix": lambda lib: [lib.arange(12, dtype=lib.int64).reshape(3, 4)[1]],
+    "every other element": lambda lib: {"e": lib.arange(8, dtype=lib.float16)[::2]},
+}
+
+
+@pytest.mark.parametrize("what", list(STORAGE_VIEWS))
+def test_views_load_with_the_whole_storage_they_were_views_of_as_torch(what, tmp_path):
+    """torch.save writes a view's whole storage: the elements no saved view holds load too."""
+    theirs = _storages(_round_trip(torch, STORAGE_VIEWS[what](torch)))
+    assert _storages(_round_trip(flame, STORAGE_VIEWS[what](flame))) == theirs
+    flame.save(STORAGE_VIEWS[what](flame), tmp_path / "f.safetensors")
+    loaded = flame.load(tmp_path / "f.safetensors")
+    assert _storages(loaded) == theirs
+    if isinstance(loaded, dict):  # the storage's other elements are no name of the loaded dict
+        assert list(loaded) == list(STORAGE_VIEWS[what](flame))
+
+
 def test_a_flat_file_of_views_keeps_each_names_elements_for_plain_readers(tmp_path):
     base = flame.arange(12, dtype=flame.float32).reshape(3, 4)
     flame.save({"a": base[1:, ::2], "b": base.t()}, tmp_path / "f.safetensors")

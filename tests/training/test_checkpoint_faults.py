@@ -236,6 +236,8 @@ def test_a_file_object_is_named_by_its_type(tmp_path):
     ('[[[100000000], {"w": []}]]', "far fewer elements than it"),
     ('[[[3], {"w": [["slice", {"bogus": 1}, [2]]]}]]', "its view ops do not apply to a [3] storage"),
     ('[[[2], {"w": [["reshape", {"shape": [1, 2]}, [1, 2]]]}]]', "its view ops give shape [1, 2], not its [2]"),
+    ('[[[2], {"w": []}, "nope"]]', "the storage's other elements 'nope', which the file does not hold"),
+    ('[[[2], {"w": []}, "w"]]', "the storage's other elements 'w', which the file does not hold"),
 ], ids=lambda v: v[:24])
 def test_tampered_views_raise_checkpoint_error(tmp_path, text, says):
     """flame.views edited by hand: the views are rebuilt only from registry view ops that apply."""
