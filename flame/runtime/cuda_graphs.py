@@ -18,7 +18,8 @@ while nothing outside flame still holds the views of an earlier call from it (it
 count says so), so in a loop (`loss = step(x)` holds the last call's outputs while the next call
 runs) two slabs take turns and nothing is copied. When the caller holds every slab (a list of every
 call's outputs), another slab (and graph) is made, as an allocator would hand out fresh memory, up to
-OUTPUT_SLABS slabs and OUTPUT_SLAB_BYTES in all per plan; past that the graph writes an internal slab
+OUTPUT_SLABS slabs per plan holding OUTPUT_SLAB_SHARE of the device's memory in all (at least
+OUTPUT_SLAB_BYTES: ten held 256 MiB attention results fit on an 80 GB GPU); past that the graph writes an internal slab
 that is copied into a fresh one (one allocation, one memcpy: a copy costs the GPU microseconds even
 for a scalar, and bandwidth for a large output). A free slab that already has a graph for the call's
 input pointers is taken first, so a few input sets in turn do not capture a graph per slab each.
@@ -48,9 +49,17 @@ LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (
 GRAPH_VARIANTS = 4  # graphs kept per plan, one per set of input pointers (module docstring)
 STAGE_BYTES = 1 << 20  # data inputs moved by at most this many bytes in all are staged (module docstring)
 OUTPUT_SLABS = 16  # the most output slabs a plan hands out, each with its graph (module docstring) ...
-OUTPUT_SLAB_BYTES = 1 << 30  # ... and the most bytes they may hold in all
+OUTPUT_SLAB_SHARE = 1 / 16  # ... and the share of the device's memory they may hold in all ...
+OUTPUT_SLAB_BYTES = 1 << 30  # ... or this many bytes, where that is more
 _INTERNAL = -1  # the slot of the internal output slab, copied out after each replay
 COPY_BYTES_PER_US = 2.0e6  # a device copy moves about this many bytes per µs (read + write at ~4 TB/s)
+
+
+def _slab_bytes() -> int:
+    """The most bytes a plan's output slabs may hold in all (module docstring)."""
+    import cupy
+
+    return max(OUTPUT_SLAB_BYTES, int(OUTPUT_SLAB_SHARE * cupy.cuda.Device().mem_info[1]))
 
 
 def graphs_setting() -> str:
@@ -163,7 +172,7 @@ class GraphReplay:
         if free:
             return free[0]
         made = len(self._slabs) - (_INTERNAL in self._slabs)
-        if made < OUTPUT_SLABS and (made + 1) * self._slab_size <= OUTPUT_SLAB_BYTES:
+        if made < OUTPUT_SLABS and (made + 1) * self._slab_size <= _slab_bytes():
             return made
         return _INTERNAL
 

@@ -146,6 +146,33 @@ def test_outputs_are_never_overwritten_while_held(monkeypatch):
     assert run._free_slot({}) == 0  # all dropped: the slabs are free again
 
 
+def test_output_slabs_hold_a_share_of_the_device_memory(monkeypatch):
+    """Held outputs get slabs while they hold at most OUTPUT_SLAB_SHARE of the device's memory (at least
+    OUTPUT_SLAB_BYTES), then copies of the internal slab."""
+    import cupy
+
+    import flame.runtime.cuda_graphs as cuda_graphs
+
+    run = _compile(monkeypatch, True)
+    rng = np.random.default_rng(4)
+    w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+    x = cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32))
+    run([x, w])
+    slab = run._slab_size
+    total = cupy.cuda.Device().mem_info[1]
+    monkeypatch.setattr(cuda_graphs, "OUTPUT_SLAB_BYTES", 2 * slab)
+    monkeypatch.setattr(cuda_graphs, "OUTPUT_SLAB_SHARE", 3.5 * slab / total)  # three slabs: more than the bytes
+    kept = [run([x, w])[0] for _ in range(5)]
+    assert len(run._slabs) == 4 and cuda_graphs._INTERNAL in run._slabs  # slots 0-2, then the internal one
+    assert len({k.data.ptr for k in kept}) == 5
+    monkeypatch.setattr(cuda_graphs, "OUTPUT_SLAB_SHARE", 0.0)  # the bytes alone: two slabs
+    run2 = _compile(monkeypatch, True)
+    run2([x, w])
+    kept2 = [run2([x, w])[0] for _ in range(4)]
+    assert len(run2._slabs) == 3 and cuda_graphs._INTERNAL in run2._slabs
+    del kept, kept2
+
+
 def test_calls_on_streams_in_turn_wait_for_each_other(monkeypatch):
     """Replays run on the caller's stream; a call on another stream than the last one waits for the
     last one's work first (the calls share the arena, the stage buffers and the output slabs)."""
