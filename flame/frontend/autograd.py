@@ -481,7 +481,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
         ws = [trace.value_of(args[i]) for i in nums]
         trace.refuse_counted(trace.value_of(out), ws)
         trace.builder.loc = user_location()
-        gvals = autodiff(trace.graph, trace.value_of(out), ws, hooks=trace._grad_hooks([args[i] for i in nums]))
+        gvals = trace.gradients(trace.value_of(out), ws, hooks=trace._grad_hooks([args[i] for i in nums]))
         grads = tuple(
             Tensor._traced(gv if gv is not None else trace.builder.zeros_like(w), trace) for gv, w in zip(gvals, ws)
         )

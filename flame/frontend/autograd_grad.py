@@ -118,13 +118,13 @@ def grad(
     trace = current_trace.get()
     if trace is not None:
         root = _root(outs, seeds, "grad", create_graph)
-        ws = [trace.value_of(t) for t in ins]
+        ws = [trace.wrt_value(t) for t in ins]
         trace.refuse_counted(trace.value_of(root), ws)
         trace.builder.loc = user_location()
         hooks = trace._grad_hooks(list(ins))  # the tensors' hooks and retain_grad(), as eagerly
         got = [
             None if gv is None else Tensor._traced(gv, trace)
-            for gv in autodiff(trace.graph, trace.value_of(root), ws, hooks=hooks)
+            for gv in trace.gradients(trace.value_of(root), ws, hooks=hooks)
         ]
         if create_graph:
             _mark_recorded(trace, ws, got)

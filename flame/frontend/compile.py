@@ -422,7 +422,7 @@ class Compiled:
             b = dyn.base
             entry = _Entry(g, None, b.trace, None, b.out_skeleton, b.n_user, b.grads, g, key,
                            describe_arguments(self.fn, args), b.guards, b.namer, template=dyn, needs=b.needs,
-                           refused=b.refused)
+                           data_written=b.data_written, refused=b.refused)
             if c is None:  # passes, plan and kernels for this size
                 entry = self._compile(entry)
                 log.info("flame.compile: %s: s0=%d compiled from the traced graph (passes and kernels for this "

@@ -390,8 +390,7 @@ class Trace:
         self._refuse_counted(used, carries)
         self.builder.loc = user_location()
         start = len(self.graph.ops)
-        live = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()})
-        grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves), unpacked=live)
+        grads = self.gradients(self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves))
         if not retain_graph:
             read = reads(self.graph.ops[start:])
             self.freed |= {op for op in used if saves(op, read)}
@@ -404,6 +403,19 @@ class Trace:
                 if gv is not None:
                     accumulate_and_notify(t, Tensor._traced(gv, self))
         run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
+
+    def gradients(self, root: Value, wrt: list[Value], seed: Value | None = None, hooks=()) -> list:
+        """The gradients of root with respect to wrt, appended to the graph (passes/autodiff.py): every
+        traced backward (backward(), flame.autograd.grad, flame.grad) takes them here, where the VJPs of
+        the ops that read or made a value a write through .data replaced read the tensor as it is now
+        (data_writes.traced_live_reads), as torch's backward reads the storage."""
+        live = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()})
+        return autodiff(self.graph, root, wrt, seed, hooks, unpacked=live)
+
+    def wrt_value(self, t) -> Value:
+        """The value a gradient with respect to tensor t is taken for: t's, or where a write recorded no
+        gradient into t since (_written_leaf), t's as it was, which the ops that read it before add to."""
+        return _written_leaf(self.value_of(t))
 
     def _grad_hooks(self, leaves: list) -> list:
         """The gradient hooks of a backward, traced into it (passes/autodiff.py `hooks`): one per group of
