@@ -30,6 +30,7 @@ from flame.frontend.hooks import accumulate_and_notify
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
 from flame.ir import registry
+from flame.ir.ops.elementwise import STOP_GRADIENT
 from flame.passes.autodiff import autodiff
 
 
@@ -122,10 +123,10 @@ def grad(
         trace.refuse_counted(trace.value_of(root), ws)
         trace.builder.loc = user_location()
         hooks = trace._grad_hooks(list(ins))  # the tensors' hooks and retain_grad(), as eagerly
-        got = [
-            None if gv is None else Tensor._traced(gv, trace)
-            for gv in trace.gradients(trace.value_of(root), ws, hooks=hooks)
-        ]
+        gvals = trace.gradients(trace.value_of(root), ws, hooks=hooks)
+        if not create_graph:  # no history, as torch's: a loss reading one differentiates it as a constant
+            gvals = [None if gv is None else trace.builder.emit(STOP_GRADIENT.name, gv) for gv in gvals]
+        got = [None if gv is None else Tensor._traced(gv, trace) for gv in gvals]
         if create_graph:
             _mark_recorded(trace, ws, got)
         return _finish(ins, got, allow_unused, materialize_grads)
