@@ -1,40 +1,44 @@
 """What a backward does with a tensor whose old value a node saved, written in place since through a
-write torch's version counter counts and no gradient is recorded for: through `detach()` (which shares
-the counter) or under no_grad. torch's node checks the version of each tensor it saved when its backward
-runs, and raises there: exp's and sigmoid's nodes save their result, mul's saves the inputs whose
-gradient the other one needs. (A write through `.data` is not counted: frontend/data_writes.py.)
+write torch's version counter counts: with a gradient recorded (`y.mul_(2)`, `y[1:] = v`, `y.copy_(v)`),
+through `detach()` (which shares the counter) or under no_grad. torch's node checks the version of each
+tensor it saved when its backward runs, and raises there: exp's and sigmoid's nodes save their result,
+mul's saves the inputs whose gradient the other one needs. The in-place op's own node saves what it reads
+before its write (torch clones it), so it never raises. (A write through `.data` is not counted:
+frontend/data_writes.py.)
 
-Eagerly such a write leaves the tensor's old history in a stand-in (indexing._untracked), which the
-nodes recorded before the write read in flame's recomputing backward. The stand-in is marked here
-(`mark`); autograd._rebuild asks `refuse` of each node it runs, which raises torch's error where that
-node's VJP reads a marked stand-in: as an input, or as its result.
+Eagerly such a write leaves the tensor's old history in a stand-in (indexing.stand_in, indexing._untracked),
+which the nodes recorded before the write read in flame's recomputing backward, and which the write's own
+node reads itself. The stand-in is marked here (`mark`); autograd._rebuild asks `refuse` of each node it
+runs, which raises torch's error where that node, recorded before the write, has a VJP that reads a marked
+stand-in: as an input, or as its result; or an input that is a view of a tensor written since.
 
 While tracing, the write rebinds the tensor to a new value, and the ops recorded before it read the old
-one, which `mark` adds to the trace's `counted` values. A backward in the trace (Trace.backward,
-flame.autograd.grad, flame.grad) asks `refused` of the ops it runs and raises torch's error at the
-first one that saved a counted value; a compiled forward whose backward runs outside keeps, per result,
-the op a backward from it would refuse (Trace.refused_by_outputs), and raises when that backward runs
-(compiled_outputs.Recompute)."""
+one, which `mark` adds to the trace's `counted` values with the number of ops recorded before the write
+began (indexing.stand_in notes it: the ops after compute the write). A backward in the trace
+(Trace.backward, flame.autograd.grad, flame.grad) asks `refused` of the ops it runs and raises torch's
+error at the first one recorded before a write that saved its value (or a view of it); a compiled forward
+whose backward runs outside keeps, per result, the op a backward from it would refuse
+(Trace.refused_by_outputs), and raises when that backward runs (compiled_outputs.Recompute)."""
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 from flame._identity import ByIdentity
 from flame.errors import AutogradError
 from flame.frontend.saved import saved_reads
 from flame.frontend.tensor import Tensor
+from flame.ir import registry
 from flame.ir.graph import Op, Value
 
 _COUNTED = ByIdentity()  # the marked stand-ins
 
 
 def mark(old: Tensor, trace=None) -> None:
-    """old, the stand-in of a tensor's history from before a counted write with no gradient recorded;
-    while tracing (trace), the tensor itself before the write, whose value the ops recorded until then
-    read (Trace.counted)."""
+    """old, the stand-in of a tensor's history from before a counted write; while tracing (trace), the
+    tensor itself before the write, whose value the ops recorded until the write began read
+    (Trace.counted; Trace.write_begun: the write's own ops come after)."""
     if trace is not None:
-        trace.counted.add(trace.value_of(old))
+        v = trace.value_of(old)
+        trace.counted.setdefault(v, trace.write_begun.pop(v, len(trace.graph.ops)))
     else:
         _COUNTED[old] = True
 
@@ -52,6 +56,17 @@ def _counted(t) -> bool:
     return isinstance(t, Tensor) and t in _COUNTED
 
 
+def _written_since(x, orig, version) -> bool:
+    """A node's input (x, as the backward reads it; orig, the tensor the node was recorded with, at
+    `version`) was changed since by a counted write: x is the stand-in that write left (the write's own
+    node reads the stand-in itself), or orig is a view whose base a counted write changed since."""
+    if _counted(x) and x is not orig:
+        return True
+    base = getattr(orig, "_base", None)
+    past = base._past if base is not None else None
+    return bool(past) and version is not None and any(v >= version and _counted(s) for v, s in past.items())
+
+
 def _saves_written(op: Op, needs: tuple, written: list[int], result: bool) -> bool:
     """Whether op's node, the gradients of its inputs at `needs` asked for, saved for its backward an
     input at a position in `written` or, where `result`, its result: a value a counted write changed."""
@@ -66,19 +81,29 @@ def refuse(op, node, t: Tensor, inputs: list) -> None:
     backward a value a counted write changed since: an input its VJP reads, or t, where it reads its
     result (the gradients of the inputs that require grad asked for, as torch's node saves)."""
     needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
-    if _saves_written(op, needs, [k for k, x in enumerate(inputs) if _counted(x)], _counted(t)):
+    written = [k for k, (x, orig, v) in enumerate(zip(inputs, node.inputs, node.versions))
+               if _written_since(x, orig, v)]
+    if _saves_written(op, needs, written, _counted(t)):
         raise saved_modified_error(node.name, node.loc)
 
 
-def refused(ops: Iterable[Op], counted: set[Value], requires_grad: set[Value]) -> Op | None:
-    """Of `ops` (the traced ops a backward runs, in the order recorded), the first whose VJP reads a value
-    a counted write replaced since (`counted`: Trace.counted), as an input or as its result, the
-    gradients of its inputs that require grad (those in `requires_grad`) asked for, as the eager
-    backward's first refused node (autograd._rebuild); None if none does."""
+def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: set[Value]) -> Op | None:
+    """Of the traced ops in `used` (a backward runs them; `ops`: every op of the graph, in the order
+    recorded), the first whose VJP reads a value a counted write replaced since (`counted`: Trace.counted,
+    each with the number of ops recorded before the write), or a view of one, as an input or as its
+    result, the gradients of its inputs that require grad (those in `requires_grad`) asked for, as the
+    eager backward's first refused node (autograd._rebuild); None if none does."""
     if not counted:
         return None
-    for op in ops:
-        written = [k for k, x in enumerate(op.inputs) if x in counted]
-        if _saves_written(op, tuple(x in requires_grad for x in op.inputs), written, op.out in counted):
+    before = dict(counted)  # value -> the ops before this index saw it as it was
+    for i, op in enumerate(ops):
+        view = registry.get(op.name).view
+        if view is not None and view.strided is not None and op.inputs and op.inputs[0] in before \
+                and i < before[op.inputs[0]]:  # a view shares its base's storage and version
+            before.setdefault(op.out, before[op.inputs[0]])
+        if op not in used:
+            continue
+        written = [k for k, x in enumerate(op.inputs) if i < before.get(x, -1)]
+        if _saves_written(op, tuple(x in requires_grad for x in op.inputs), written, i < before.get(op.out, -1)):
             return op
     return None

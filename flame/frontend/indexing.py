@@ -441,6 +441,8 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     if trace is not None or t._value is not None:
         if trace is None:
             raise TraceError(f"{what} into a traced tensor outside its trace\n  at {user_location()}")
+        if grad_enabled.get():  # the ops recorded before that saved t's value raise at backward, as torch's
+            mark_counted(t, trace)
         value = new if grad_enabled.get() else _keeping_history(trace, t, new, counted=True)
         if grad_enabled.get() and trace.requires_grad(t) and not trace.requires_grad(new):
             value = apply("where", full((), True, boolean), new, t)  # t keeps requiring grad (the eager rule below)
@@ -537,6 +539,10 @@ def _write_view(t, new, what: str, fill: bool) -> None:
             if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
                 trace.data_written[trace.value_of(old)] = base
             merged = _keeping_history(trace, old, merged, counted=not through_data(t))
+        if not untracked:  # what the ops recorded before saved of the base or of t raises at backward
+            mark_counted(base, trace)
+            if t._value is not None:
+                mark_counted(t, trace)
         if base._value is not None and not untracked:  # the base requires grad as its new value does
             base._requires_grad = trace.requires_grad(merged)  # (a view of it += y)
             if id(base) in trace.inputs_of:
@@ -604,7 +610,11 @@ def stand_in(t, *others):
     changes t's buffer, and t takes the new history), remembered as t at its current version."""
     if t._base is not None and stale(t):
         fresh(t)
-    if current_trace.get() is not None or t._value is not None or not grad_enabled.get() \
+    trace = current_trace.get()
+    if trace is not None and grad_enabled.get():  # the write's own ops come after (counted_writes.mark)
+        v = trace.value_of(t)
+        trace.write_begun.setdefault(v, len(trace.graph.ops))
+    if trace is not None or t._value is not None or not grad_enabled.get() \
             or not any(x.requires_grad for x in (t, *(o for o in others if isinstance(o, Tensor)))):
         return t
     old = history_only(Tensor._concrete(t._data, t.dtype)) if t._node is not None else \
@@ -612,6 +622,7 @@ def stand_in(t, *others):
     old.requires_grad, old._node = t.requires_grad, t._node
     # ops recorded before the write name t at this version: backward() reads them as `old`
     t._past = {**(t._past or {}), t._version: old}
+    mark_counted(old)  # a node recorded before the write that saved t raises at backward, as torch's
     if t._node is not None:
         hand_over_hooks(t, old)
     return old

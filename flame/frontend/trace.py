@@ -128,9 +128,12 @@ class Trace:
     no_grad: set = field(default_factory=set)  # Values of ops recorded with gradients off (no_grad)
     # a value a write through .data replaced -> the tensor written: its VJP reads read it as it is (data_writes.py)
     data_written: dict = field(default_factory=dict)
-    # values a write torch's version counter counts replaced (under no_grad, through detach()): a backward
-    # running an op that saved one raises (counted_writes.py)
-    counted: set = field(default_factory=set)
+    # values a write torch's version counter counts replaced (with a gradient recorded, under no_grad, through
+    # detach()): a backward running an op recorded before the write that saved one raises (counted_writes.py)
+    counted: dict = field(default_factory=dict)  # value -> the number of ops recorded before the write
+    # value -> the number of ops recorded before an in-place op on it began (indexing.stand_in): its own ops
+    # come after, and read the value as torch's node reads what it clones (counted_writes.mark)
+    write_begun: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -453,7 +456,7 @@ class Trace:
         self._refuse_counted(*self._backward_ops(root, leaves))
 
     def _refuse_counted(self, used: set, carries: set) -> None:
-        op = refused((op for op in self.graph.ops if op in used), self.counted, carries)
+        op = refused(self.graph.ops, used, self.counted, carries)
         if op is not None:
             raise saved_modified_error(op.name, op.loc)
 
@@ -466,7 +469,7 @@ class Trace:
         got = []
         for k in needs:
             used, carries = self._backward_ops(outputs[k], leaves)
-            op = refused((op for op in self.graph.ops if op in used), self.counted, carries)
+            op = refused(self.graph.ops, used, self.counted, carries)
             if op is not None:
                 got.append((k, op.name, op.loc))
         return tuple(got)

@@ -265,15 +265,21 @@ def _written(lib, x, inplace: bool):
     return y.sum() + (d * d).sum()
 
 
-def test_create_graph_through_tensors_written_in_place_reads_their_values_before_the_write():
-    # torch refuses these in-place writes (a tensor saved for backward is modified): the same function
-    # out of place is the reference; flame's create_graph gradient recomputes what the writes overwrote
+def test_create_graph_through_tensors_written_in_place_raises_as_torch():
+    # sin saved d[:2], which the writes change: torch refuses the backward, and so does flame; the same
+    # function out of place differentiates twice as torch's
     x0 = _rng(40, 4)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        tx = torch.tensor(x0, requires_grad=True)
+        torch.autograd.grad(_written(torch, tx, True), tx, create_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        fx = flame.tensor(x0, dtype=flame.f64, requires_grad=True)
+        flame.autograd.grad(_written(flame, fx, True), fx, create_graph=True)
     tx = torch.tensor(x0, requires_grad=True)
     (tg,) = torch.autograd.grad(_written(torch, tx, False), tx, create_graph=True)
     (th,) = torch.autograd.grad(tg.pow(2).sum(), tx)
     fx = flame.tensor(x0, dtype=flame.f64, requires_grad=True)
-    (fg,) = flame.autograd.grad(_written(flame, fx, True), fx, create_graph=True)
+    (fg,) = flame.autograd.grad(_written(flame, fx, False), fx, create_graph=True)
     _close(fg, tg)
     (fh,) = flame.autograd.grad(fg.pow(2).sum(), fx)
     _close(fh, th)

@@ -263,7 +263,9 @@ ADD = binary("add", np.add, lambda b, g, x, y, out: (g, g), commutative=True, on
 binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)), sign_only=True)
 MUL = binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)), commutative=True,
              on_bool="logical_and", sign_only=True, scalar_opmath=True)
-DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
+# d/dy = -g * (x / y) / y, from the inputs as torch's node (which saves them, not the result: a write into
+# the quotient leaves its backward as it is)
+DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.mul(g, b.div(b.div(x, y), y)))),
        kinds=("float",), cost=_IEEE, row_kernels=((("max", "sum"), "softmax"),), scalar_opmath=True)
 binary("pow", _power_any, _pow_vjp, **_F32, cost=_LIBM)
 binary("floor_divide", _integer_division("floor_divide", np.floor_divide), nondiff=_PIECEWISE,
