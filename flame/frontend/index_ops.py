@@ -288,12 +288,23 @@ def index_add(x, dim: int, index, source, *, alpha=1):
 
 
 @new_tensor
+@policy("", cpu="promote")  # autocast: on PyTorch's CPU promote list, none of its CUDA lists (index_copy_: neither)
 def index_copy(x, dim: int, index, source):
     """x with source's slices written at index along dim (a repeated index: the last slice wins)."""
+    return copy_slices(x, dim, index, source)
+
+
+def copy_slices(x, dim: int, index, source, op: str = "index_copy_()"):
+    """index_copy without its autocast policy (index_copy_'s body): source must have x's dtype, as
+    PyTorch's index_copy_ requires (it casts neither)."""
+    if source.dtype != x.dtype:
+        raise DTypeError(f"{op}: self and source expected to have the same dtype, but got (self) {x.dtype} and "
+                         f"(source) {source.dtype} (as in PyTorch: convert source with .to({x.dtype.name!r}))"
+                         f"\n  at {user_location()}")
     if x.ndim == 0:
-        return _one_element("index_copy", index_copy, x, dim, index, source)
-    axis, idx = _along("index_copy", x, dim, index, source.to(x.dtype))
-    return apply("scatter", x, idx, source.to(x.dtype), axis=axis)
+        return _one_element("index_copy", copy_slices, x, dim, index, source)
+    axis, idx = _along("index_copy", x, dim, index, source)
+    return apply("scatter", x, idx, source, axis=axis)
 
 
 @new_tensor

@@ -58,7 +58,8 @@ class TensorIndexOps:
 
     def index_copy_(self, dim: int, index, source):
         """index_copy, in place."""
-        return self._inplace(lambda x: x.index_copy(dim, index, source), source, check="any", what="index_copy_")
+        return self._inplace(lambda x: index_ops.copy_slices(x, dim, index, source), source, check="any",
+                             what="index_copy_")
 
     def index_fill(self, dim: int, index, value):
         """self with the slices at index along dim set to value (negative indices count from the end)."""
