@@ -27,7 +27,7 @@ from flame.frontend.functional import (
 from flame.frontend.norms import floating_only, kernel_dtypes, torch_dtype_name
 from flame.frontend.opmath import composite, float_gradient, half_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
-from flame.frontend.promotion import bool_as_number, fits, result_type
+from flame.frontend.promotion import bool_as_number, fits, result_type, same_dtype
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import bf16, boolean, f16, f64, i8, i16, i32, i64, u8
 
@@ -403,6 +403,7 @@ def kl_div(
 @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y[..., o] = sum_ij input1[..., i] * weight[o, i, j] * input2[..., j] (+ bias[o]), as PyTorch."""
+    same_dtype("bilinear", input1=input1, input2=input2, weight=weight, bias=bias)
     o, i, j = weight.shape
     if input1.shape[-1] != i or input2.shape[-1] != j or tuple(input1.shape[:-1]) != tuple(input2.shape[:-1]):
         raise ShapeError(

@@ -9,8 +9,10 @@ from __future__ import annotations
 from flame.errors import FlameError
 from flame.frontend.autocast import cast_inputs
 from flame.frontend.dispatch import apply
+from flame.frontend.promotion import same_dtype
 from flame.frontend.spatial import _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import f64
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]
 
@@ -54,6 +56,7 @@ def _check_weight_channels(name: str, weight: Tensor, outputs: int, groups) -> N
 def _conv(d: int, x: Tensor, weight: Tensor, bias, stride, padding, dilation, groups) -> Tensor:
     name = f"conv{d}d"
     x, weight, bias = cast_inputs("lower", (x, weight, bias))  # autocast: PyTorch's lower-precision list
+    same_dtype(name, input=x, bias=bias)  # (a weight of another dtype: the IR op's error)
     x, unbatched = _batched(name, x, d)
     if weight.ndim != d + 2:
         raise _err(
@@ -117,6 +120,9 @@ def conv3d(
 def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups, dilation) -> Tensor:
     name = f"conv_transpose{d}d"
     x, weight, bias = cast_inputs("lower", (x, weight, bias))  # autocast: PyTorch's lower-precision list
+    if d < 3 and x.dtype == f64 and bias is not None:  # torch's CPU kernel for f64 (no oneDNN) converts the bias
+        bias = bias.to(f64)
+    same_dtype(name, input=x, bias=bias)  # (torch's oneDNN kernel, the one for f32 but the smallest shapes, refuses)
     x, unbatched = _batched(name, x, d)
     if weight.ndim != d + 2:
         raise _err(

@@ -19,7 +19,7 @@ from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled
 from flame.frontend.index_ops import check_indices, embedding_rows
 from flame.frontend.norms import floating_only, param_dtype, widened
 from flame.frontend.opmath import wants_gradient
-from flame.frontend.promotion import bool_as_number, broadcast_promoted
+from flame.frontend.promotion import bool_as_number, broadcast_promoted, same_dtype
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul, where
@@ -271,6 +271,7 @@ linear.autocast = "lower"  # its policy outside FP8 regions (autocast.policy)
 @policy("lower")  # autocast: input, weight and bias in the autocast dtype
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     _check_linear(x, weight)
+    same_dtype("linear", input=x, weight=weight, bias=bias)  # a bias of another dtype: torch's addmm refuses it
     # with a bias: added before the product's one rounding, as PyTorch's addmm (matmul_add); a 2-D input's
     # bias of any shape that broadcasts to the result is addmm's input, added before the rounding too
     if bias is None:

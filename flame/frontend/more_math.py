@@ -22,7 +22,7 @@ from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import vector_norm
 from flame.frontend.opmath import composite, float_gradient, fused, half_gradient, stat_and_mean, wants_gradient
-from flame.frontend.promotion import coefficient, fits, result_type
+from flame.frontend.promotion import coefficient, fits, result_type, same_dtype
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
 from flame.ir.dtypes import boolean, f64, finfo, i32, i64
@@ -146,7 +146,7 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:  # noqa: A002
 def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:  # noqa: A002
     """beta * input + alpha * (mat @ vec); beta and alpha in the tensors' dtype (integer tensors: truncated
     to integers), as torch's Scalars."""
-    dt = result_type(input, mat, vec)
+    dt = same_dtype("addmv", input=input, mat=mat, vec=vec)  # torch's addmv promotes none of them
     beta, alpha = coefficient("addmv", "beta", beta, dt, True), coefficient("addmv", "alpha", alpha, dt, True)
     mv = mat @ vec
     return (mv if alpha == 1 else mv * alpha) + (input if beta == 1 else input * beta)

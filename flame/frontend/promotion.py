@@ -66,6 +66,19 @@ def broadcast_promoted(input: Tensor, target: Tensor) -> tuple[Tensor, Tensor]: 
     return input.to(dt), target.to(dt)
 
 
+def same_dtype(op: str, **tensors) -> DType | None:
+    """The one dtype of the tensors given (None and numbers are skipped), or PyTorch's refusal of several
+    where an op computes in one and promotes none (the GEMMs with an added input, bilinear, a convolution's
+    bias): DTypeError naming each one's dtype."""
+    given = {name: t for name, t in tensors.items() if isinstance(t, Tensor)}
+    kinds = {t.dtype for t in given.values()}
+    if len(kinds) > 1:
+        got = ", ".join(f"{name}: {t.dtype}" for name, t in given.items())
+        raise DTypeError(f"{op}: all tensors must have the same dtype, got {got}, as in PyTorch (convert them with "
+                         f".to)\n  at {user_location()}")
+    return kinds.pop() if kinds else None
+
+
 def is_bool(x) -> bool:
     """Whether x is a bool tensor or a Python / NumPy bool."""
     return x.dtype == boolean if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))

@@ -23,7 +23,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.nextafter import nextafter
 from flame.frontend.prod_backward import with_prod_backward
-from flame.frontend.promotion import alpha_check, coefficient, result_type
+from flame.frontend.promotion import alpha_check, coefficient, result_type, same_dtype
 from flame.frontend.tensor import Tensor, dim_index, int_arg, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
@@ -139,6 +139,7 @@ class TensorMath:
 
     def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         """beta * self + alpha * the sum over the batch of batch1[i] @ batch2[i], as torch.addbmm."""
+        self, batch1, batch2 = _lowered(self, batch1, batch2)  # autocast: all three in the low dtype, as torch's
         _batches("addbmm", batch1, batch2)
         beta, alpha = _coefficients("addbmm", beta, alpha, self, batch1, batch2)
         prod = self.__class__.bmm(batch1, batch2)
@@ -764,15 +765,17 @@ class TensorMath:
 
 
 def _coefficients(op: str, beta, alpha, *tensors):
-    """beta and alpha of a GEMM with an added input (addmm and kin) in the tensors' result dtype, as torch's
-    Scalars: for integer tensors truncated to integers, so the result stays integer."""
+    """beta and alpha of a GEMM with an added input (addmm and kin) in the tensors' dtype, as torch's
+    Scalars: for integer tensors truncated to integers, so the result stays integer. The tensors (input,
+    then the two factors) must share that dtype: torch's GEMMs promote none of them."""
+    same_dtype(op, input=tensors[0], mat1=tensors[1], mat2=tensors[2])
     dt = result_type(*tensors)
     return coefficient(op, "beta", beta, dt), coefficient(op, "alpha", alpha, dt)
 
 
 def _lowered(*tensors):
     """Inside an enabled autocast region, the floating tensors in its low dtype (PyTorch's
-    lower-precision list: addmm, baddbmm); else as they are."""
+    lower-precision lists: addmm, baddbmm, addbmm); else as they are."""
     from flame.frontend.autocast import cast_inputs
 
     return cast_inputs("lower", tensors)

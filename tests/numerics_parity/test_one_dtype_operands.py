@@ -86,3 +86,58 @@ SIBLINGS = {  # ops that already matched torch with a second operand of another 
 @pytest.mark.parametrize("name", SIBLINGS)
 def test_index_family_with_a_second_dtype(name, b):
     check(lambda L, x, s: SIBLINGS[name](L, x.float(), s, b), SELF, SOURCE, compiled=False, rtol=1e-3)
+
+
+def mixed(L, shapes, dtypes):
+    """Tensors of lib L of the given shapes and dtypes (drawn once, the same numbers for both libraries)."""
+    r = np.random.default_rng(1)
+    arrays = [r.standard_normal(s) for s in shapes]
+    return [(torch.tensor(a) if L is torch else flame.tensor(a)).to(getattr(L, d)) for a, d in zip(arrays, dtypes)]
+
+
+def Fn(L):  # noqa: N802
+    return L.nn.functional
+
+
+GEMMS = {  # name -> (fn of the tensors, their shapes); the tensor at `other` takes the second dtype
+    "bilinear input2": (lambda L, a, b, w: Fn(L).bilinear(a, b, w), [(2, 3), (2, 4), (5, 3, 4)], 1),
+    "bilinear weight": (lambda L, a, b, w: Fn(L).bilinear(a, b, w), [(2, 3), (2, 4), (5, 3, 4)], 2),
+    "bilinear bias": (lambda L, a, b, w, c: Fn(L).bilinear(a, b, w, c), [(2, 3), (2, 4), (5, 3, 4), (5,)], 3),
+    "linear bias": (lambda L, x, w, c: Fn(L).linear(x, w, c), [(2, 3), (5, 3), (5,)], 2),
+    "linear bias 3-d": (lambda L, x, w, c: Fn(L).linear(x, w, c), [(2, 2, 3), (5, 3), (5,)], 2),
+    "addmm input": (lambda L, c, a, b: L.addmm(c, a, b), [(2, 4), (2, 3), (3, 4)], 0),
+    "addmm input beta 0": (lambda L, c, a, b: c.addmm(a, b, beta=0), [(2, 4), (2, 3), (3, 4)], 0),
+    "baddbmm input": (lambda L, c, a, b: L.baddbmm(c, a, b), [(2, 2, 4), (2, 2, 3), (2, 3, 4)], 0),
+    "addbmm input": (lambda L, c, a, b: L.addbmm(c, a, b), [(2, 4), (2, 2, 3), (2, 3, 4)], 0),
+    "addmv input": (lambda L, c, a, b: L.addmv(c, a, b), [(2,), (2, 3), (3,)], 0),
+    "addmv vec": (lambda L, c, a, b: c.addmv(a, b), [(2,), (2, 3), (3,)], 2),
+    "conv1d bias": (lambda L, x, w, c: Fn(L).conv1d(x, w, c), [(1, 2, 5), (3, 2, 2), (3,)], 2),
+    "conv2d bias": (lambda L, x, w, c: Fn(L).conv2d(x, w, c), [(1, 2, 5, 5), (3, 2, 2, 2), (3,)], 2),
+    "conv3d bias": (lambda L, x, w, c: Fn(L).conv3d(x, w, c), [(1, 2, 3, 3, 3), (3, 2, 2, 2, 2), (3,)], 2),
+    # shapes large enough for torch's oneDNN kernel (its CPU kernel for the smallest f32 ones converts the bias)
+    "conv_transpose2d bias": (lambda L, x, w, c: Fn(L).conv_transpose2d(x, w, c, stride=2),
+                              [(2, 4, 9, 9), (4, 2, 3, 3), (2,)], 2),
+    "conv_transpose3d bias": (lambda L, x, w, c: Fn(L).conv_transpose3d(x, w, c),
+                              [(1, 2, 3, 3, 3), (2, 3, 2, 2, 2), (3,)], 2),
+    "conv_transpose1d f64 bias": (lambda L, x, w, c: Fn(L).conv_transpose1d(x.double(), w.double(), c),
+                                  [(1, 2, 5), (2, 3, 2), (3,)], 2),
+}
+GEMM_PAIRS = [(F32, F64), (F64, F32), (F32, F16), (F16, F32), (BF16, F16), (F32, BF16), (BF16, BF16)]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("low", REGIONS, ids=lambda r: f"cpu-autocast-{r}" if r else "no-region")
+@pytest.mark.parametrize("a,b", GEMM_PAIRS, ids=[f"{a}-{b}" for a, b in GEMM_PAIRS])
+@pytest.mark.parametrize("name", GEMMS)
+def test_gemms_bilinear_and_convolution_biases_take_one_dtype(name, a, b, low, compiled):
+    """Outside a region: torch's error for an operand of another dtype. Inside a CPU region: linear, the GEMMs
+    (not addmv) and the convolutions run in the region's dtype (an f64 operand, never cast, still differs);
+    bilinear and addmv are on none of torch's CPU lists."""
+    fn, shapes, other = GEMMS[name]
+    dtypes = [b if i == other else a for i in range(len(shapes))]
+
+    def run(L):
+        return region(L, low, lambda: fn(L, *mixed(L, shapes, dtypes)))
+
+    check(lambda L: run(L), compiled=compiled, rtol=3e-2, atol=3e-2)
+
