@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from flame.errors import ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
 from flame.frontend.norms import norm_dtype_checks, torch_dtype_name, vector_norm
@@ -163,6 +164,7 @@ def _chain_product(mats: list[Tensor], split, i: int, j: int) -> Tensor:
     return matmul(_chain_product(mats, split, i, k), _chain_product(mats, split, k + 1, j))
 
 
+@policy("lower")  # autocast: on PyTorch's CUDA and CPU lower-precision lists
 def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
     """The dot product of x and y along dim (they broadcast), as torch.linalg.vecdot."""
     norm_dtype_checks("linalg.vecdot", x, None)

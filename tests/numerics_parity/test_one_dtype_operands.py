@@ -141,3 +141,14 @@ def test_gemms_bilinear_and_convolution_biases_take_one_dtype(name, a, b, low, c
 
     check(lambda L: run(L), compiled=compiled, rtol=3e-2, atol=3e-2)
 
+
+@pytest.mark.parametrize("low", [BF16, F16])
+@pytest.mark.parametrize("name", ["addbmm", "vecdot"])
+def test_addbmm_and_vecdot_run_in_the_region_dtype(name, low):
+    """Both are on torch's CPU (and CUDA) lower-precision lists: an f32 operand with a low one gives the
+    region's dtype."""
+    fns = {"addbmm": (lambda L, c, a, b: L.addbmm(c, a, b), [(2, 4), (2, 2, 3), (2, 3, 4)]),
+           "vecdot": (lambda L, a, b: L.linalg.vecdot(a, b), [(2, 3), (2, 3)])}
+    fn, shapes = fns[name]
+    dtypes = [F32, F16, F16][:len(shapes)]
+    check(lambda L: region(L, low, lambda: fn(L, *mixed(L, shapes, dtypes))), compiled=False, rtol=3e-2, atol=3e-2)
