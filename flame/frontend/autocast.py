@@ -235,20 +235,36 @@ def _eligible(policy: str, dt: DType) -> bool:
     return policy != "f32" or dt in LOW
 
 
+def _tensors(inputs: tuple):
+    """The tensors of `inputs` in argument order, a list or tuple argument's (cat's, stack's) in its place."""
+    for x in inputs:
+        if isinstance(x, (list, tuple)):
+            yield from (t for t in x if isinstance(t, Tensor))
+        elif isinstance(x, Tensor):
+            yield x
+
+
 def cast_inputs(policy: str, inputs: tuple, cpu: str | None = None) -> tuple:
-    """`inputs` with their floating-point tensors cast as `policy` (torch's CUDA list of the op) says inside
-    an enabled region, or as `cpu` (its CPU list; None: the same) inside a region following the CPU lists
-    (see the module docstring); other values and everything outside a region pass through."""
+    """`inputs` with their floating-point tensors (those in a list or tuple argument too, as torch's autocast
+    casts a TensorList) cast as `policy` (torch's CUDA list of the op) says inside an enabled region, or as
+    `cpu` (its CPU list; None: the same) inside a region following the CPU lists (see the module
+    docstring); other values and everything outside a region pass through."""
     st = _state.get()
     if not st.enabled:
         return inputs
     if st.cpu_lists and cpu is not None:
         policy = cpu
-    dtypes = [x.dtype for x in inputs if isinstance(x, Tensor) and _eligible(policy, x.dtype)]
+    dtypes = [x.dtype for x in _tensors(inputs) if _eligible(policy, x.dtype)]
     target = _target(policy, dtypes) if dtypes else None
     if target is None:
         return inputs
-    return tuple(x.to(target) if isinstance(x, Tensor) and _eligible(policy, x.dtype) else x for x in inputs)
+
+    def cast(x):
+        if isinstance(x, (list, tuple)) and any(isinstance(t, Tensor) for t in x):
+            return type(x)(cast(t) for t in x)
+        return x.to(target) if isinstance(x, Tensor) and _eligible(policy, x.dtype) else x
+
+    return tuple(cast(x) for x in inputs)
 
 
 POLICIES = ("lower", "f32", "promote", "")  # what a composite may declare (OpDef traits add "keep")

@@ -5,6 +5,7 @@ that mixes dtypes build on these."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -44,6 +45,12 @@ def tensor_sequence(name: str, tensors) -> list[Tensor]:
             raise ArgumentTypeError(f"{name}(): expected Tensor as element {i} in argument 0, but got "
                                     f"{type(t).__name__}\n  at {user_location()}")
     return list(tensors)
+
+
+def in_common_dtype(tensors: list[Tensor]) -> list[Tensor]:
+    """The tensors in their common dtype (torch.cat and torch.stack promote as result_type does)."""
+    dt = functools.reduce(promote, (t.dtype for t in tensors))
+    return [t if t.dtype == dt else t.to(dt) for t in tensors]
 
 
 def bool_as_number(input: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:  # noqa: A002

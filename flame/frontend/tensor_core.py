@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
-from flame.frontend import autocast, opmath
+from flame.frontend import autocast, opmath, promotion
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.data_writes import DATA_LINK
@@ -23,7 +23,7 @@ from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, tensor_sequence, wrapped
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index, reduce_axes
 from flame.frontend.views import bump, link, new_tensor, view_error
-from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i16, i32, i64, promote, u8
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i16, i32, i64, u8
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
 
@@ -758,6 +758,7 @@ def where(condition: Tensor, input=_NO_BRANCH, other=_NO_BRANCH) -> Tensor:  # n
     return apply("where", cond.to(boolean), a, b)
 
 
+@autocast.policy("", cpu="promote")  # autocast: on PyTorch's CPU promote list (the list's tensors in order)
 def cat(tensors, dim: int = 0) -> Tensor:
     """Concatenate along dim (all tensors share one dtype)."""
     tensors = tensor_sequence("cat", tensors)
@@ -765,7 +766,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
         raise ShapeError(f"cat: expected a non-empty list of tensors\n  at {user_location()}")
     if builtins.any(t.ndim > 1 for t in tensors):  # torch skips 1-D empty tensors among others (legacy)
         tensors = [t for t in tensors if t.shape != (0,)] or tensors
-    tensors = _promoted(tensors)
+    tensors = promotion.in_common_dtype(tensors)
     for i, t in enumerate(tensors):
         if t.ndim == 0:
             raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated"
@@ -776,14 +777,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
 concat = cat
 
 
-def _promoted(tensors: list) -> list:
-    """The tensors in their common dtype (torch.cat and torch.stack promote as result_type does)."""
-    dt = tensors[0].dtype
-    for t in tensors[1:]:
-        dt = promote(dt, t.dtype)
-    return [t if t.dtype == dt else t.to(dt) for t in tensors]
-
-
+@autocast.policy("", cpu="promote")  # autocast: on PyTorch's CPU promote list, as cat
 def stack(tensors, dim: int = 0) -> Tensor:
     """Join same-shaped tensors along a new dimension dim."""
     tensors = tensor_sequence("stack", tensors)

@@ -9,7 +9,9 @@ on none of the lists (add, mul, where, maximum, index_add, scatter, ...) runs on
 they are, as outside a region: torch's type promotion, or its error where the op takes one dtype only.
 Oracles: torch's CUDA autocast dispatch on fake CUDA tensors, and for the index ops (whose index
 tensors the fake CUDA path cannot take from the CPU) torch outside a region, with their AutocastCUDA
-registration showing that torch's autocast leaves them alone."""
+registration showing that torch's autocast leaves them alone. cat and stack (and hstack, vstack, ... which torch
+composes of them) are on torch's CPU promote list alone, the list's tensors taken in order: the oracle is
+torch's CPU autocast on real tensors, and on CUDA the fake tensors (type promotion, as outside a region)."""
 
 from __future__ import annotations
 
@@ -111,3 +113,37 @@ def test_ops_on_no_list_run_on_their_inputs_as_outside_a_region(name, dts, mode)
     if name in ("add", "mul_0d", "where", "where_0d", "maximum"):  # the fake CUDA dispatch says the same
         assert _fake_cuda(fn, dts, BF, [M, shape]) == want
     assert _flame(fn, arrays, dts, "cuda", BF, mode) == want, f"{name}{dts} under CUDA autocast"
+
+
+LISTS = {  # torch's CPU promote list takes a list of tensors: cat and stack, and the ops torch composes of them
+    "cat": lambda lib, *xs: lib.cat(list(xs)),
+    "cat_tuple": lambda lib, *xs: lib.cat(xs, dim=-1),
+    "stack": lambda lib, *xs: lib.stack(list(xs)),
+    "hstack": lambda lib, *xs: lib.hstack(list(xs)),
+    "vstack": lambda lib, *xs: lib.vstack(list(xs)),
+    "dstack": lambda lib, *xs: lib.dstack(list(xs)),
+    "column_stack": lambda lib, *xs: lib.column_stack(list(xs)),
+}
+LIST_ROWS = [(name, dts) for name in LISTS for dts in ORDERS + [(F64, BF), (BF, F32, F64)]]
+
+
+def _cpu_autocast(fn, arrays: list, dts: tuple, low: str) -> str:
+    """fn's result dtype under torch's CPU autocast of `low` on real CPU tensors, or "error"."""
+    with torch.autocast("cpu", dtype=getattr(torch, low)):
+        try:
+            return str(fn(torch, *[torch.tensor(a).to(getattr(torch, d)) for a, d in zip(arrays, dts)]).dtype)[6:]
+        except RuntimeError:
+            return "error"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("low", [BF, F16])
+@pytest.mark.parametrize("name,dts", LIST_ROWS, ids=[f"{n}-{'-'.join(d)}" for n, d in LIST_ROWS])
+def test_cat_and_stack_take_torchs_cpu_promote_type_over_the_list(name, dts, low, mode):
+    """cat([f16, f32]) in a bf16 CPU region is torch's error (the other low dtype before a float32), as is
+    cat of f16 tensors alone there; on CUDA torch's lists hold neither: type promotion, as outside a region."""
+    fn, arrays = LISTS[name], _arrays(dts)
+    assert _flame(fn, arrays, dts, "cpu", low, mode) == _cpu_autocast(fn, arrays, dts, low), f"{name}{dts}, cpu {low}"
+    for aten in ("aten::cat", "aten::stack"):
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(aten, "AutocastCUDA")
+    assert _flame(fn, arrays, dts, "cuda", low, mode) == _fake_cuda(fn, dts, low), f"{name}{dts}, cuda {low}"
