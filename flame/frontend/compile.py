@@ -52,7 +52,7 @@ from flame.frontend.replay import (
     unflattener,
 )
 from flame.frontend.saved import hooks_installed
-from flame.frontend.size_template import SizeTemplate, family, shapes_of
+from flame.frontend.size_template import SizeTemplate, family, made_constants_differ, shapes_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
@@ -449,13 +449,16 @@ class Compiled:
         self._traces += 1
         entry = self._build(args, compile=False)
         why = dyn.template.differs(entry.traced, s)
+        if why:
+            why += " (a number computed from the size that is not affine in it, equal at the sizes traced)"
+        else:  # a tensor the body made from Python values, equal at the sizes traced
+            why = made_constants_differ(dyn.base.trace, entry.trace, (dyn.size_of(dyn.base.key), s))
         if not why:
             dyn.checked = True
             return None
         self._templates.remove(dyn)
         self._mispredicted.add((dyn.base.family, tuple(sorted(dyn.template.dims))))
-        self._warn(f"{dyn.describe()} does not hold: {why} (a number computed from the size that is not affine "
-                   f"in it, equal at the sizes traced); specialising per size")
+        self._warn(f"{dyn.describe()} does not hold: {why}; specialising per size")
         return self._compile(entry)
 
     def _note_kernels(self, dyn: SizeTemplate, plan, s: int, inst) -> None:
@@ -492,6 +495,8 @@ class Compiled:
         sizes = ", ".join(f"{a}, {b}" for a, b in sorted(set(dims.values()), reverse=True))
         try:
             template = Template(old.traced, new.traced, dims)
+            if made := made_constants_differ(old.trace, new.trace, dims[min(dims)]):
+                raise NotDynamic(made)
         except NotDynamic as e:  # tried again at the next size (a boundary size may trace differently)
             if (old.family, tuple(sorted(dims))) in self._static:
                 return ""  # said once: later sizes re-trace with the plain reason

@@ -529,9 +529,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     # a write through detach() records no gradient unless the detached tensor takes new's history (owns)
     recorded = owns or not detached and grad_enabled.get() and (base.requires_grad or new.requires_grad)
     check_writable(t, what, fill and not recorded)  # torch's backward refuses a recorded fill
-    pos = positions(t)
     old = stand_in(base, new)
-    flat = Tensor(pos.reshape(-1))
+    flat = flat_positions(t)
     merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)
     if traced:
         untracked = detached or not grad_enabled.get()
@@ -560,6 +559,19 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     base._node, base.requires_grad = merged._node, merged.requires_grad
     bump(base)
     fresh(t)  # t's history from here on: its view of the base's (never new's own: new may be a leaf)
+
+
+def flat_positions(t) -> Tensor:
+    """views.positions(t), flat: eagerly a constant; while tracing the view ops applied to an arange of
+    the base's elements, so a graph whose sizes become dynamic writes at each size's positions (a
+    constant would keep those of the size traced)."""
+    if current_trace.get() is None:
+        return Tensor(positions(t).reshape(-1))
+    pos = arange(t._base.numel()).reshape(t._base.shape)
+    for opdef, attrs, _ in t._chain:
+        if opdef.view is not None:  # detach's link (no trait) keeps the elements
+            pos = apply(opdef.name, pos, **attrs)
+    return pos.reshape(-1)
 
 
 def _untracked(t, write_it, live: bool = False) -> None:

@@ -26,6 +26,33 @@ def family(key: tuple) -> tuple:
     return tuple(("T", len(k[1]), *k[2:]) if k[0] == "T" else k for k in key)
 
 
+def made_constants_differ(a: Any, b: Any, sizes: tuple[int, int]) -> str:
+    """'' where the tensors traces a and b (of one function at sizes `sizes`) bind as constant inputs
+    that each made itself (a tensor of Python or NumPy values made in the body, a distinct object in
+    each trace: a captured one is the same object in both) hold the same values; else which first
+    differs. A template binds the values its base trace made at every size, so such a tensor that
+    depends on the size (`flame.tensor(float(n))`, `flame.tensor(np.arange(n))`) cannot be dynamic."""
+    for k, (x, y) in enumerate(zip(a.bindings, b.bindings)):
+        if x.kind != "tensor" or y.kind != "tensor" or x.tensor is y.tensor:
+            continue
+        u, v = x.tensor, y.tensor
+        if u.shape == v.shape and u.dtype == v.dtype and u.numpy().tobytes() == v.numpy().tobytes():
+            continue
+        read = next((op for op in b.graph.ops if b.graph.inputs[k] in op.inputs), None)
+        at = f" (read by {read.name} at {read.loc})" if read is not None and read.loc else ""
+        shown = "values" if u.shape == v.shape else "shapes"
+        return (f"input %{k}{at}, a tensor made in the body from Python values, has other {shown} at sizes "
+                f"{sizes[0]} and {sizes[1]} ({_brief(u)} vs {_brief(v)}): a constant cannot follow the size "
+                f"(make it from the arguments with flame ops, e.g. flame.arange(x.shape[0]))")
+    return ""
+
+
+def _brief(t: Any) -> str:
+    values = t.numpy().reshape(-1)
+    shown = ", ".join(map(str, values[:4].tolist())) + (", ..." if values.size > 4 else "")
+    return f"{t.dtype.name}{list(t.shape)} [{shown}]"
+
+
 def shapes_of(key: tuple) -> dict[int, tuple]:
     """{argument position: shape} of a signature's tensor arguments."""
     return {i: k[1] for i, k in enumerate(key) if isinstance(k, tuple) and k[:1] == ("T",)}

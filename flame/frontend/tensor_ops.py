@@ -22,9 +22,9 @@ from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.broadcasting import broadcast_tensors
 from flame.frontend.context import grad_enabled, made_like, no_grad, user_location
-from flame.frontend.creation import arange, normal_, tensor, uniform_
+from flame.frontend.creation import arange, normal_, uniform_
 from flame.frontend.dispatch import apply, broadcast
-from flame.frontend.indexing import assign, stand_in, writes_a_leaf
+from flame.frontend.indexing import assign, flat_positions, stand_in, writes_a_leaf
 from flame.frontend.linalg_functions import matrix_norm
 from flame.frontend.norms import vector_norm
 from flame.frontend.promotion import alpha_check, fits, is_bool, result_type
@@ -332,7 +332,7 @@ class TensorOps:
             views.check_writable(self, "masked_fill_", not (self.requires_grad and grad_enabled.get()))
             base = self._base
             chosen = mask.broadcast_to(self.shape).to(f32).reshape(-1)
-            hit = apply("scatter_add", full((base.numel(),), 0.0, f32), tensor(views.positions(self).reshape(-1)),
+            hit = apply("scatter_add", full((base.numel(),), 0.0, f32), flat_positions(self),
                         chosen, axis=0) > 0
             # through detach(): the base takes the values and keeps its own history, as torch's
             detached = any(opdef.view is None for opdef, _, _ in self._chain)
