@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from flame._identity import ByIdentity
 from flame.errors import AutogradError
-from flame.frontend.saved import saved_reads
+from flame.frontend.saved import saved_reads, saves_nothing
 from flame.frontend.tensor import Tensor
 from flame.ir import registry
 from flame.ir.graph import Op, Value
@@ -80,6 +80,8 @@ def refuse(op, node, t: Tensor, inputs: list) -> None:
     """Raise torch's error where op (the rebuilt op of tensor t's node, reading `inputs`) saved for its
     backward a value a counted write changed since: an input its VJP reads, or t, where it reads its
     result (the gradients of the inputs that require grad asked for, as torch's node saves)."""
+    if saves_nothing():  # a forward-mode transform's passes: torch's forward AD saves nothing to check
+        return
     needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
     written = [k for k, (x, orig, v) in enumerate(zip(inputs, node.inputs, node.versions))
                if _written_since(x, orig, v)]
@@ -93,7 +95,7 @@ def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: 
     each with the number of ops recorded before the write), or a view of one, as an input or as its
     result, the gradients of its inputs that require grad (those in `requires_grad`) asked for, as the
     eager backward's first refused node (autograd._rebuild); None if none does."""
-    if not counted:
+    if not counted or saves_nothing():  # (saves_nothing: as refuse's)
         return None
     before = dict(counted)  # value -> the ops before this index saw it as it was
     for i, op in enumerate(ops):

@@ -153,6 +153,12 @@ def hooks_installed() -> bool:
     return bool(_hooks.get()) and not _suspended.get()
 
 
+def saves_nothing() -> bool:
+    """Inside hooks_suspended: the reverse-mode passes of a forward-mode transform, whose nodes torch never
+    records (its forward AD saves nothing), so no saved-tensor hook runs and no version is checked."""
+    return _suspended.get()
+
+
 @contextmanager
 def hooks_suspended():
     """No saved-tensor hook runs inside (the gradients a forward-mode transform computes by reverse mode
