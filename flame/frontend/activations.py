@@ -12,7 +12,7 @@ import numpy as np
 
 from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, IndexValueError, ShapeError
 from flame.frontend.autocast import policy
-from flame.frontend.context import user_location
+from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones, zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.functional import (
@@ -29,6 +29,7 @@ from flame.frontend.opmath import composite, float_gradient, half_gradient, wide
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.promotion import bool_as_number, fits, result_type, same_dtype
 from flame.frontend.tensor import Tensor
+from flame.frontend.torch_saves import saves
 from flame.ir.dtypes import bf16, boolean, f16, f64, i8, i16, i32, i64, u8
 
 __all__ = [
@@ -67,6 +68,7 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
 @composite
+@saves("input")
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as PyTorch."""
     floating_only("softplus", input)
@@ -174,6 +176,7 @@ def _hardsigmoid(x: Tensor) -> Tensor:
     return (x + 3).clamp(0.0, 6.0) / 6
 
 
+@saves("input")
 def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     """relu6(x + 3) / 6 (for f16 / bf16 in f32 rounded once); its gradient PyTorch's kernel's: the cotangent
     times 1/6 (an f32 for f32 and the half types) strictly inside (-3, 3), else 0."""
@@ -263,6 +266,7 @@ def _softshrink(x: Tensor, lambd: float) -> Tensor:
     return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, where(x != x, x.detach(), 0.0)))
 
 
+@saves("input")
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
     """x - lambd above lambd, x + lambd below -lambd, else 0 (f16 / bf16 in f32, rounded once, as torch's
     kernel); lambd must not be negative."""
@@ -273,6 +277,7 @@ def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
     return _softshrink(input, lambd)
 
 
+@saves("input")
 def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
     """x where |x| > lambd, else 0; a NaN stays NaN, with no gradient (torch's vectorized kernels; its scalar
     loop passes one)."""
@@ -295,6 +300,7 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, trainin
 
 
 @policy("lower")  # autocast: PyTorch's lower-precision list
+@saves("input", "weight")
 def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
     """x where x > 0, else weight * x (at 0 the gradient is the slope's, as torch's); weight holds one
     slope, or one per channel (dim 1)."""
@@ -342,6 +348,7 @@ def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
+@saves("input", "target")
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
                weight: Tensor | None = None) -> Tensor:
     """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target, computed in
@@ -367,6 +374,7 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
+@saves(lambda need: ("target", *(("input",) if need.get("target") else ())))
 def kl_div(
     input: Tensor,
     target: Tensor,
@@ -395,7 +403,7 @@ def kl_div(
             "size; 'batchmean' divides only by the batch size and aligns with the KL math definition "
             "(as PyTorch warns)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     return _loss_reduce(point, reduction)
 

@@ -19,7 +19,7 @@ from flame.frontend import anomaly
 from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
-from flame.frontend.counted_writes import refuse, saved_modified_error
+from flame.frontend.counted_writes import as_of, refuse, saved_modified_error
 from flame.frontend.data_writes import live_reads
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
@@ -32,19 +32,8 @@ from flame.ir.graph import Graph, Value, is_backward
 from flame.passes.autodiff import autodiff
 
 
-def _as_of(x, version: int):
-    """Input x of a node, as it was when the node was recorded: x, or the stand-in the first in-place
-    write into x at or after that version left (so `z = y[0]; y[1] = z` differentiates through y's old
-    history); None where that write kept nothing of x (dispatch.fresh). A version counter is shared
-    with views, so a write elsewhere may have moved it on."""
-    if isinstance(x, Tensor) and version is not None and x._version != version and x._past is not None:
-        later = [v for v in x._past if v >= version]
-        return x._past[min(later)] if later else x
-    return x
-
-
 def _inputs(node) -> list:
-    got = [_as_of(x, v) for x, v in zip(node.inputs, node.versions)]
+    got = [as_of(x, v) for x, v in zip(node.inputs, node.versions)]
     if node.olds:  # leaves written since with no gradient recorded: their values then (leaf_writes.py)
         got = [node.olds.get(i, x) for i, x in enumerate(got)]
     if any(x is None for x in got):
@@ -149,7 +138,7 @@ def _read_written_leaves(node, out: Value, g: Graph, vals: dict, leaves: list, u
     from their old values), what its VJP reads of them, as torch's saved tensors: the leaf as it is now
     where the write left its version (through .data); a write that bumped it raises, as torch's."""
     op = out.producer
-    if op is None or op.name != node.name:
+    if op is None or op.name != node.name or node.torch_saves is not None:  # (a composite's op: refuse says)
         return
     # what the VJP of the gradients wanted reads itself (exp's reads its result, made of the old values)
     positions = saved_inputs(op, tuple(isinstance(x, Tensor) and x.requires_grad for x in node.inputs))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from flame._identity import ByIdentity
 from flame.errors import AutogradError
-from flame.frontend.saved import saved_reads, saves_nothing
+from flame.frontend.saved import saves_nothing, torch_saved
 from flame.frontend.tensor import Tensor
 from flame.ir import registry
 from flame.ir.graph import Op, Value
@@ -56,6 +56,17 @@ def _counted(t) -> bool:
     return isinstance(t, Tensor) and t in _COUNTED
 
 
+def as_of(x, version: int):
+    """Input x of a node, as it was when the node was recorded: x, or the stand-in the first in-place
+    write into x at or after that version left (so `z = y[0]; y[1] = z` differentiates through y's old
+    history); None where that write kept nothing of x (dispatch.fresh). A version counter is shared
+    with views, so a write elsewhere may have moved it on."""
+    if isinstance(x, Tensor) and version is not None and x._version != version and x._past is not None:
+        later = [v for v in x._past if v >= version]
+        return x._past[min(later)] if later else x
+    return x
+
+
 def _written_since(x, orig, version) -> bool:
     """A node's input (x, as the backward reads it; orig, the tensor the node was recorded with, at
     `version`) was changed since by a counted write: x is the stand-in that write left (the write's own
@@ -67,20 +78,35 @@ def _written_since(x, orig, version) -> bool:
     return bool(past) and version is not None and any(v >= version and _counted(s) for v, s in past.items())
 
 
+def _changed(x: Tensor, version) -> bool:
+    """Tensor x, at `version` when a node saved it, was changed since by a write its version counts: a
+    tensor with no history (a leaf, or one made with gradients off) whose version moved, or one a counted
+    write left a stand-in of."""
+    if x._node is None and version is not None and x._version != version:
+        return True
+    return _written_since(as_of(x, version), x, version)
+
+
 def _saves_written(op: Op, needs: tuple, written: list[int], result: bool) -> bool:
     """Whether op's node, the gradients of its inputs at `needs` asked for, saved for its backward an
     input at a position in `written` or, where `result`, its result: a value a counted write changed."""
     if not written and not result:
         return False
-    positions, reads_result = saved_reads(op, needs)
+    positions, reads_result = torch_saved(op, needs)
     return any(k in positions for k in written) or result and reads_result
 
 
 def refuse(op, node, t: Tensor, inputs: list) -> None:
     """Raise torch's error where op (the rebuilt op of tensor t's node, reading `inputs`) saved for its
     backward a value a counted write changed since: an input its VJP reads, or t, where it reads its
-    result (the gradients of the inputs that require grad asked for, as torch's node saves)."""
+    result (the gradients of the inputs that require grad asked for, as torch's node saves). Where the op
+    is one of a composite torch records as one node (node.torch_saves), what that node saved instead."""
     if saves_nothing():  # a forward-mode transform's passes: torch's forward AD saves nothing to check
+        return
+    declared = node.torch_saves
+    if declared is not None:
+        if declared.result and _counted(t) or any(_changed(x, v) for x, v in declared.inputs):
+            raise saved_modified_error(declared.name, node.loc)
         return
     needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
     written = [k for k, (x, orig, v) in enumerate(zip(inputs, node.inputs, node.versions))
@@ -89,12 +115,15 @@ def refuse(op, node, t: Tensor, inputs: list) -> None:
         raise saved_modified_error(node.name, node.loc)
 
 
-def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: set[Value]) -> Op | None:
+def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: set[Value],
+            declared: dict) -> tuple | None:
     """Of the traced ops in `used` (a backward runs them; `ops`: every op of the graph, in the order
-    recorded), the first whose VJP reads a value a counted write replaced since (`counted`: Trace.counted,
-    each with the number of ops recorded before the write), or a view of one, as an input or as its
-    result, the gradients of its inputs that require grad (those in `requires_grad`) asked for, as the
-    eager backward's first refused node (autograd._rebuild); None if none does."""
+    recorded), the first whose node saved (torch_saved) a value a counted write replaced since
+    (`counted`: Trace.counted, each with the number of ops recorded before the write), or a view of one, as
+    an input or as its result, the gradients of its inputs that require grad (those in `requires_grad`)
+    asked for, as the eager backward's first refused node (autograd._rebuild): (its name, its location), or None if none
+    does. `declared`: Trace.torch_saves, what torch's node saved for the ops of a composite it records as
+    one node (torch_saves.py): the composite's name and what it saved in place of the op's."""
     if not counted or saves_nothing():  # (saves_nothing: as refuse's)
         return None
     before = dict(counted)  # value -> the ops before this index saw it as it was
@@ -105,7 +134,13 @@ def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: 
             before.setdefault(op.out, before[op.inputs[0]])
         if op not in used:
             continue
+        result = i < before.get(op.out, -1)
+        mine = declared.get(op)
+        if mine is not None:
+            if mine.result and result or any(i < before.get(x, -1) for x in mine.inputs):
+                return mine.name, op.loc
+            continue
         written = [k for k, x in enumerate(op.inputs) if i < before.get(x, -1)]
-        if _saves_written(op, tuple(x in requires_grad for x in op.inputs), written, i < before.get(op.out, -1)):
-            return op
+        if _saves_written(op, tuple(x in requires_grad for x in op.inputs), written, result):
+            return op.name, op.loc
     return None

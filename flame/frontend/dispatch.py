@@ -46,7 +46,8 @@ class Node:
     `olds`: {input position: a stand-in of the input's values at recording}, for a leaf whose buffer
     was written since with no gradient recorded (frontend/leaf_writes.py). `spent`: a backward()
     without retain_graph=True ran through it (a later write into a leaf it read keeps no old values for
-    it: its gradient has been taken)."""
+    it: its gradient has been taken). `torch_saves`: what torch's node saved where the op is one of a
+    composite torch records as one node (frontend/torch_saves.py); None: what the op's trait says."""
 
     name: str
     attrs: dict
@@ -57,6 +58,7 @@ class Node:
     packed: dict | None = None
     olds: dict | None = None
     spent: bool = False
+    torch_saves: Any = None
 
     def grad_fn_parts(self) -> tuple[str | None, tuple, Any, list | None]:
         """What Tensor.grad_fn shows of the node: (torch's name, None: made from the op's; the inputs

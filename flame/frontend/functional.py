@@ -23,6 +23,7 @@ from flame.frontend.promotion import bool_as_number, broadcast_promoted, same_dt
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul, where
+from flame.frontend.torch_saves import saves
 from flame.ir import registry
 from flame.ir.builder import _with_loc
 from flame.ir.dtypes import bf16, boolean, f16, f32
@@ -122,6 +123,7 @@ def _empty_along(x: Tensor, dim: int) -> bool:
 
 
 @policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
+@saves("result")
 def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
     """exp(x) / sum(exp(x)) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
@@ -155,6 +157,7 @@ def _softmax(x: Tensor, dim: int) -> Tensor:
 
 
 @policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
+@saves("x", "result")
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     x = as_floating(x)  # integers and bools: in the default float dtype (x - max must not wrap), as torch's
     if _empty_along(x, dim):  # the sum of no terms: log(0) = -inf, as in PyTorch
@@ -167,6 +170,7 @@ def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
 
 
 @policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
+@saves("result")
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
     """x - logsumexp(x) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
@@ -207,6 +211,7 @@ def _rounded_log_softmax(x: Tensor, dim: int) -> Tensor:
 
 
 @policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
+@saves("input", "weight", "bias")
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over the trailing normalized_shape dims, then weight and bias; in the
@@ -303,6 +308,7 @@ def warn_if_broadcast(loss: str, input: Tensor, target: Tensor) -> None:  # noqa
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
+@saves("input", "target")
 def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
              reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
     """mean((input - target)^2) (or its sum, or per element); warns as PyTorch does when the shapes

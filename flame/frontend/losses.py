@@ -26,6 +26,7 @@ from flame.frontend.norms import kernel_dtypes
 from flame.frontend.promotion import bool_as_number, broadcast_promoted
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
+from flame.frontend.torch_saves import saves
 from flame.frontend.views import new_tensor
 from flame.ir.dtypes import boolean, i64, u8
 
@@ -302,6 +303,7 @@ def _bce_gradients(loss: Tensor, x: Tensor, t: Tensor) -> Tensor:
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
+@saves("input", "target", "weight", "pos_weight")
 def binary_cross_entropy_with_logits(
     input: Tensor,
     target: Tensor,
@@ -361,6 +363,7 @@ def l1_loss(
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
+@saves("input", "target")
 def smooth_l1_loss(
     input: Tensor,
     target: Tensor,

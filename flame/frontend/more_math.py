@@ -2,21 +2,20 @@
 like the rest), with torch's names, arguments and edge values: grids and products (meshgrid,
 cartesian_prod, block_diag, diag_embed, rot90, addmv, vdot), differences and sums (diff, trapezoid,
 cumulative_trapezoid, cdist), searching sorted values (searchsorted, bucketize), statistics
-(var_mean, std_mean, aminmax, cov with its weights), the most frequent value (mode) and elementwise functions
+(var_mean, std_mean, aminmax; cov: covariance.py), the most frequent value (mode) and elementwise functions
 (nan_to_num, logaddexp, logaddexp2, hypot, copysign, signbit, heaviside, sinc, fmax, fmin, float_power, exp2,
 deg2rad, rad2deg, and the aliases positive, negative, absolute, sgn, rsub)."""
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections import namedtuple
 
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend.autocast import policy
-from flame.frontend.context import user_location, user_stacklevel
+from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
@@ -25,10 +24,11 @@ from flame.frontend.opmath import composite, float_gradient, fused, half_gradien
 from flame.frontend.promotion import coefficient, fits, result_type, same_dtype
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
+from flame.frontend.torch_saves import saves
 from flame.ir.dtypes import boolean, f64, finfo, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
-           "cov", "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
+           "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
            "fmin", "heaviside", "hypot", "isclose", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode",
            "msort", "nan_to_num", "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "renorm",
            "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
@@ -232,6 +232,7 @@ def _trapezoids(y: Tensor, x: Tensor | None, dx: float | None, dim: int, halved:
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
+@saves("x1", "x2", "result")
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
     """The p-norm distance between each row of x1 [..., P, M] and each row of x2 [..., R, M]: [..., P, R],
     computed from the differences (exact at any distance; torch's matrix-product shortcut for large
@@ -257,6 +258,7 @@ def _distance(diff: Tensor, p: float) -> Tensor:
 
 
 @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
+@saves("input", "other", "result")
 def dist(input: Tensor, other: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     """The p-norm of input - other (broadcast), a 0-d tensor, as torch.dist."""
     return vector_norm(input - other, p)
@@ -475,6 +477,7 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:  # no
 
 # ---- elementwise -------------------------------------------------------------------------------------
 
+@saves("input")
 def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # noqa: A002
                neginf: float | None = None) -> Tensor:
     """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and lowest finite
@@ -526,6 +529,7 @@ def _logaddexp2(a, b) -> Tensor:
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@saves("input", "other")
 def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log2(2^a + 2^b): logaddexp in base 2. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
     grad / (1 + 2 ** (other - self)) in the inputs' dtype."""
@@ -542,6 +546,7 @@ def _hypot(a, b) -> Tensor:
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@saves(lambda need: ("result", *(k for k in ("input", "other") if need.get(k))))
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
     where either is infinite. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
@@ -609,6 +614,7 @@ def signbit(input: Tensor) -> Tensor:  # noqa: A002
     return (x < 0) | ((x == 0) & ((1 / x) < 0))
 
 
+@saves(lambda need: ("result", *(("input",) if need.get("input") else ())))
 def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
     """|input| with the sign (bit) of other, in torch's dtype: integers and bools give the default
     floating dtype. The gradient is PyTorch's: result / input to input (0 where input is 0, NaN where it
@@ -642,6 +648,7 @@ def _sinc(x: Tensor) -> Tensor:
     return where(x == 0, 1.0, safe.sin() / safe)
 
 
+@saves("input")
 def sinc(input: Tensor) -> Tensor:  # noqa: A002
     """sin(pi x) / (pi x), 1 at 0 (whose gradient there is 0). For f16 / bf16, in f32 rounded once; the
     gradient PyTorch's sinc_backward, grad * (pi x cos(pi x) - sin(pi x)) / (x x pi), in the input's dtype."""
@@ -679,6 +686,7 @@ def renorm(input: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:  # noqa
     return input * where(big, maxnorm / (norm + 1e-7), 1.0)
 
 
+@saves("input", "other")
 def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """maximum, but a NaN loses to a number (NaN only where both are). The gradient goes whole to the
     operand picked, to input at a tie, as PyTorch's (maximum splits a tie evenly instead)."""
@@ -698,6 +706,7 @@ def float_power(input, exponent) -> Tensor:  # noqa: A002
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@saves("result")
 def exp2(input: Tensor) -> Tensor:  # noqa: A002
     """2 ** input."""
     x = input if input.dtype.is_float else input.float()
@@ -732,67 +741,3 @@ def sgn(input: Tensor) -> Tensor:  # noqa: A002
 def rsub(input: Tensor, other, alpha: float = 1) -> Tensor:  # noqa: A002
     """other - alpha * input."""
     return other - (input if alpha == 1 else input * alpha)
-
-
-def cov(input: Tensor, *, correction: int = 1, fweights: Tensor | None = None,  # noqa: A002
-        aweights: Tensor | None = None) -> Tensor:
-    """The covariance of input's rows (variables) over its columns (observations), as torch.cov: each
-    observation weighted by fweights (integer repeat counts) times aweights (floating importance
-    weights); the normaliser is sum(w) - correction, or sum(w) - correction * sum(w * aweights) / sum(w)
-    with aweights (degrees of freedom <= 0: it is 0, as torch's, with torch's warning where it is known).
-    A single variable gives a 0-d result."""
-    if input.ndim > 2:
-        raise ShapeError(f"cov(): expected input to have two or fewer dimensions but got an input with "
-                         f"{input.ndim} dimensions\n  at {user_location()}")
-    if input.dtype == boolean:
-        raise DTypeError(f"cov(): bool dtype is not supported for input, as in PyTorch\n  at {user_location()}")
-    x = as_floating(input.reshape(1, -1) if input.ndim < 2 else input)
-    n = x.shape[1]
-    w = None
-    for name, weights, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
-        if weights is not None:
-            weights = _cov_weights(name, weights, n, integral)
-            w = weights if w is None else w * weights
-    if w is None:
-        w_sum, norm = n, n - correction
-        if norm <= 0:
-            _dof_warning()
-            norm = 0
-    else:
-        w_sum = w.sum()
-        if w_sum._value is None and float(w_sum) == 0:  # (known only eagerly, as the signs of the weights)
-            raise ArgumentRangeError(f"cov(): weights sum to zero, can't be normalized\n  at {user_location()}")
-        norm = w_sum - (correction if aweights is None or correction == 0
-                        else correction * (w * aweights.reshape(-1)).sum() / w_sum)
-        if norm._value is None and float(norm) <= 0:
-            _dof_warning()
-        norm = where(norm <= 0, 0, norm)
-    weighted = x if w is None else x * w
-    centered = x - (weighted.sum(1, keepdim=True) / w_sum)
-    out = centered @ (centered if w is None else centered * w).transpose(0, 1)
-    return (out / norm).squeeze()
-
-
-def _cov_weights(name: str, weights, n: int, integral: bool) -> Tensor:
-    """cov's fweights or aweights as a 1-D tensor of n entries, checked as torch checks them."""
-    if not isinstance(weights, Tensor):
-        raise DTypeError(f"cov(): {name} must be a tensor, got {type(weights).__name__}\n  at {user_location()}")
-    if weights.ndim > 1:
-        raise ShapeError(f"cov(): expected {name} to have one or fewer dimensions but got {name} with "
-                         f"{weights.ndim} dimensions\n  at {user_location()}")
-    if weights.dtype.is_float == integral or weights.dtype.kind == "bool":
-        want = "integral" if integral else "floating point"
-        raise DTypeError(f"cov(): expected {name} to have {want} dtype but got {name} with {weights.dtype} dtype"
-                         f"\n  at {user_location()}")
-    if weights.numel() != n:
-        raise ShapeError(f"cov(): expected {name} to have the same numel as there are observations in the input "
-                         f"but got {weights.numel()} != {n}\n  at {user_location()}")
-    negative = (weights < 0).any()  # (known only eagerly: inside @flame.compile a traced value)
-    if negative._value is None and bool(negative):
-        raise ArgumentRangeError(f"cov(): {name} cannot be negative\n  at {user_location()}")
-    return weights.reshape(-1)
-
-
-def _dof_warning() -> None:
-    warnings.warn("cov(): degrees of freedom is <= 0. Correction should be strictly less than the number of "
-                  "observations.", UserWarning, stacklevel=user_stacklevel())

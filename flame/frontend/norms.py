@@ -18,6 +18,7 @@ from flame.frontend.opmath import float_gradient
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, where
+from flame.frontend.torch_saves import saves
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, f64, i8, i16, i32, i64, promote, u8
 
 __all__ = ["batch_norm", "group_norm", "instance_norm"]
@@ -302,6 +303,7 @@ def norm_dtype_checks(op: str, input: Tensor, dtype) -> None:  # noqa: A002
 # autocast: linalg_vector_norm is on PyTorch's CUDA float32 list (not with an explicit dtype); on none of its CPU
 # lists
 @policy("f32", cpu="")
+@saves("input", "result")
 def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
     """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
     (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of

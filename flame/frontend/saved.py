@@ -95,6 +95,13 @@ def saved_reads(op: Op, needs: tuple) -> tuple[frozenset, bool]:
     return _reads_of(op.name, op.attrs, tuple(x.type for x in op.inputs), needs)
 
 
+def torch_saved(op: Op, needs: tuple) -> tuple[frozenset, bool]:
+    """(the positions of the inputs, whether the result) torch's node of op saves, the gradients of the
+    inputs at `needs` asked for: the op's `saves` trait, else what its VJP reads (saved_reads)."""
+    declared = REGISTRY[op.name].saves
+    return declared(op, needs) if declared is not None else saved_reads(op, needs)
+
+
 class saved_tensors_hooks:
     """torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook): inside the block, pack_hook(t)
     is called on every tensor an op saves for its backward and may return any object; unpack_hook(obj)

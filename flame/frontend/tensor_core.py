@@ -1,9 +1,8 @@
-"""The core of Tensor's methods, each one apply() of an IR op or a few: conversions (to, float, ...),
-detach and copy_, the arithmetic and comparison operators, elementwise math, reductions, movement
-(reshape, permute, gather, ...); and the functions every op module builds on: binary (an op with
-PyTorch's promotion, whose rules are in frontend/promotion.py), matmul, full, where, cat, stack, pad
-(broadcast_shapes and broadcast_tensors: frontend/broadcasting.py). frontend/methods.py binds TensorCore's
-methods onto Tensor."""
+"""The core of Tensor's methods, each one apply() of an IR op or a few: conversions (to, float, ...), detach and
+copy_, the arithmetic and comparison operators, elementwise math, reductions, movement (reshape, permute, gather,
+...); and the functions every op module builds on: binary (an op with PyTorch's promotion, whose rules are in
+frontend/promotion.py), matmul, full, where, cat, stack, pad (broadcast_shapes and broadcast_tensors:
+frontend/broadcasting.py). frontend/methods.py binds TensorCore's methods onto Tensor."""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ from flame.frontend.dispatch import apply, share_readers, tell_recorder
 from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, tensor_sequence, wrapped
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index, reduce_axes
+from flame.frontend.torch_saves import saves
 from flame.frontend.views import bump, link, new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i16, i32, i64, u8
 from flame.ir.registry import get as opdef
@@ -112,9 +112,8 @@ class TensorCore:
     # ---- dtype conversion -------------------------------------------------------------------------
     def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False,
            memory_format=None) -> Tensor:
-        """to(dtype), to(device), to(device, dtype), to(other) (its device and dtype), as in PyTorch.
-        A device is "cpu" or "cuda" (see `device`); a memory_format changes nothing
-        (flame/frontend/memory_format.py)."""
+        """to(dtype), to(device), to(device, dtype), to(other) (its device and dtype), as in PyTorch. A device is
+        "cpu" or "cuda" (see `device`); a memory_format changes nothing (flame/frontend/memory_format.py)."""
         if len(args) == 1 and type(args[0]) is DType and dtype is None and device is None and not copy \
                 and memory_format is None:
             return self if args[0] is self._dtype or args[0] == self._dtype else apply("cast", self, dtype=args[0])
@@ -429,6 +428,7 @@ class TensorCore:
         return (-self if self.dtype.is_float else -1 - self).argmax(dim, keepdim)
 
     @autocast.policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+    @saves("self")
     def var(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The variance over dim (all by default) with torch's signature: the squared deviations' sum over
         n - correction (default 1, Bessel's correction; unbiased=False means 0)."""
@@ -443,6 +443,7 @@ class TensorCore:
         return (d * d).sum(axes, keepdim=keepdim) / float(n - c)
 
     @autocast.policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+    @saves("self", "result")
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The square root of var (same arguments); where the deviation is zero the gradient is zero, as
         torch's (sqrt's infinite derivative there is not taken)."""
@@ -623,10 +624,9 @@ def binary(name: str, a, b) -> Tensor:
 
 
 def _var_past_correction(x: Tensor, axes, keepdim: bool, room: int) -> Tensor:
-    """var of x over axes where the correction is at least the count n (room = n - correction <= 0), as
-    PyTorch's: the value is the squared deviations' sum over max(0, room) (inf, or NaN where the sum is
-    0), its gradient 2 (x - mean) / room (inf where room is 0, finite past it; not the NaN of inf times
-    the mean's vanishing gradient)."""
+    """var of x over axes where the correction is at least the count n (room = n - correction <= 0), as PyTorch's:
+    the value is the squared deviations' sum over max(0, room) (inf, or NaN where the sum is 0), its gradient
+    2 (x - mean) / room (inf where room is 0, finite past it; not inf times the mean's vanishing gradient's NaN)."""
     d = x - x.mean(axes, keepdim=True).detach()
     s = (d * d).sum(axes, keepdim=keepdim)
     if room == 0:

@@ -1,10 +1,9 @@
 """Tensor methods of arithmetic and statistics beyond the core of tensor_core.py, with PyTorch's names and
 semantics, each composed from IR ops: products (matmul, mm, bmm, dot, outer, addmm, baddbmm,
-tensordot, kron, cross), elementwise math (log1p and expm1 with Kahan's corrections, and what is
-built on them; trunc, frac, log2, log10, tan, xlogy, logit), reductions and statistics (logsumexp,
-prod, nansum, nanmean, kthvalue, median, cov, corrcoef, diagonal, diag, trace), and the fused
-updates of optimizer and EMA code (lerp, addcmul, addcdiv and their in-place forms). frontend/methods.py
-binds them onto Tensor; flame.frontend.ops makes the function forms."""
+tensordot, kron, cross), elementwise math (log1p and expm1 with Kahan's corrections, and what is built on
+them; trunc, frac, log2, log10, tan, xlogy, logit), reductions and statistics (logsumexp, prod, nansum, nanmean,
+kthvalue, median, cov, corrcoef, diagonal, diag, trace), and the fused updates of optimizer and EMA code (lerp,
+addcmul, addcdiv and their in-place forms). methods.py binds them onto Tensor; ops.py makes the function forms."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
-from flame.frontend import functional, more_math, opmath, special_math, views
+from flame.frontend import covariance, functional, more_math, opmath, special_math, views
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
@@ -27,6 +26,7 @@ from flame.frontend.promotion import alpha_check, coefficient, result_type, same
 from flame.frontend.tensor import Tensor, dim_index, int_arg, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
+from flame.frontend.torch_saves import saves
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, i64, u8
 
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
@@ -204,10 +204,8 @@ class TensorMath:
         a_axes = [dim_index("tensordot", d, self.ndim) for d in a_axes]
         b_axes = [dim_index("tensordot", d, other.ndim) for d in b_axes]
         if [self.shape[i] for i in a_axes] != [other.shape[j] for j in b_axes]:
-            raise ShapeError(
-                f"tensordot: contracted dims differ: {[self.shape[i] for i in a_axes]} and "
-                f"{[other.shape[j] for j in b_axes]}\n  at {user_location()}"
-            )
+            raise ShapeError(f"tensordot: contracted dims differ: {[self.shape[i] for i in a_axes]} and "
+                             f"{[other.shape[j] for j in b_axes]}\n  at {user_location()}")
         a_free = [i for i in range(self.ndim) if i not in a_axes]
         b_free = [j for j in range(other.ndim) if j not in b_axes]
         k = math.prod(self.shape[i] for i in a_axes)
@@ -238,10 +236,8 @@ class TensorMath:
             raise DTypeError(f"cross: expected scalar type {self.dtype} but found {other.dtype} (as in PyTorch: "
                              f"convert one with .to)\n  at {user_location()}")
         if self.shape[axis] != 3 or other.shape[axis] != 3:
-            raise ShapeError(
-                f"cross: dimension {dim} must have size 3, got {list(self.shape)} and "
-                f"{list(other.shape)}\n  at {user_location()}"
-            )
+            raise ShapeError(f"cross: dimension {dim} must have size 3, got {list(self.shape)} and "
+                             f"{list(other.shape)}\n  at {user_location()}")
         return self.roll(-1, axis) * other.roll(-2, axis) - self.roll(-2, axis) * other.roll(-1, axis)
 
     # ---- elementwise math ------------------------------------------------------------------------
@@ -256,6 +252,7 @@ class TensorMath:
         return apply("straight_through", (x + 1).log(), value)  # log's gradient: g / (x + 1)
 
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
+    @saves("result")
     def expm1(self):
         """exp(self) - 1, accurate for small self, as torch.expm1 (f16 / bf16: in f32, rounded once; the
         gradient PyTorch's grad * (result + 1), two ops of self's dtype)."""
@@ -363,21 +360,25 @@ class TensorMath:
         return self.log() * (1.0 / math.log(10.0))
 
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
+    @saves("self")
     def sinh(self):
         """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
         x = as_floating(self)  # an integer's negation must not wrap (u8, the minimum)
         return (x.expm1() - (-x).expm1()) * 0.5
 
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
+    @saves("self")
     def cosh(self):
         x = as_floating(self)
         return (x.exp() + (-x).exp()) * 0.5
 
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
+    @saves("result")
     def tan(self):
         return self.sin() / self.cos()
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+    @saves("self", "other")
     def xlogy(self, other):
         """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
         dt = result_type(self, other)  # both in the promoted dtype (integers: the default float), as torch's
@@ -418,6 +419,7 @@ class TensorMath:
         return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
 
     @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
+    @saves("self", "result")
     def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
         """The product over dim (every element when None), as torch.prod: the last running product of
         cumprod; its gradient PyTorch's prod_backward (prod_backward.with_prod_backward)."""
@@ -450,10 +452,8 @@ class TensorMath:
         """The mean of the elements that are not NaN, as torch.nanmean (floating tensors only; `dtype`, a
         floating dtype, the one it is computed and returned in)."""
         if not self.dtype.is_float:
-            raise DTypeError(
-                f"nanmean(): expected input to have floating point dtype but got {self.dtype} (as in "
-                f"PyTorch: x.float().nanmean())\n  at {user_location()}"
-            )
+            raise DTypeError(f"nanmean(): expected input to have floating point dtype but got {self.dtype} (as in "
+                             f"PyTorch: x.float().nanmean())\n  at {user_location()}")
         if dtype is not None and not dtype_of(dtype).is_float:
             raise DTypeError(
                 f"nanmean(): could not infer output dtype. Optional dtype must be either a floating point "
@@ -532,8 +532,8 @@ class TensorMath:
 
     def cov(self, *, correction: int = 1, fweights=None, aweights=None):
         """The covariance of the rows (variables) over the columns (observations), as torch.cov
-        (more_math.cov: with frequency and analytic weights)."""
-        return more_math.cov(self, correction=correction, fweights=fweights, aweights=aweights)
+        (covariance.cov: with frequency and analytic weights)."""
+        return covariance.cov(self, correction=correction, fweights=fweights, aweights=aweights)
 
     def corrcoef(self):
         """Pearson's correlation coefficients of the rows, clipped to [-1, 1], as torch.corrcoef."""
@@ -617,8 +617,7 @@ class TensorMath:
 
     @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
     def addcmul(self, tensor1, tensor2, *, value=1):
-        """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's
-        kernel)."""
+        """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's kernel)."""
         # in the tensors' dtype, as torch's Scalar (an integer result stays integer); a 0-d tensor: its value
         value = coefficient("addcmul", "value", value, result_type(self, tensor1, tensor2))
         one = opmath.is_one(value)

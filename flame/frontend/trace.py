@@ -134,6 +134,8 @@ class Trace:
     # value -> the number of ops recorded before an in-place op on it began (indexing.stand_in): its own ops
     # come after, and read the value as torch's node reads what it clones (counted_writes.mark)
     write_begun: dict = field(default_factory=dict)
+    # op -> what torch's node saved, for the ops of a composite torch records as one node (torch_saves.py)
+    torch_saves: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -456,9 +458,9 @@ class Trace:
         self._refuse_counted(*self._backward_ops(root, leaves))
 
     def _refuse_counted(self, used: set, carries: set) -> None:
-        op = refused(self.graph.ops, used, self.counted, carries)
-        if op is not None:
-            raise saved_modified_error(op.name, op.loc)
+        found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves)
+        if found is not None:
+            raise saved_modified_error(*found)
 
     def refused_by_outputs(self, outputs: list[Value], needs: tuple[int, ...]) -> tuple:
         """(index, op name, its location) for each output at `needs` a backward from which (outside the
@@ -469,9 +471,9 @@ class Trace:
         got = []
         for k in needs:
             used, carries = self._backward_ops(outputs[k], leaves)
-            op = refused(self.graph.ops, used, self.counted, carries)
-            if op is not None:
-                got.append((k, op.name, op.loc))
+            found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves)
+            if found is not None:
+                got.append((k, *found))
         return tuple(got)
 
     def _backward_ops(self, loss: Value, leaves: list[Value]) -> tuple[set, set]:

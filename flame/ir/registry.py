@@ -163,7 +163,12 @@ class OpDef:
     row_kernels: the composites a row kernel is named after when it holds this op and its reductions
         are exactly these, in order, named by their stems (the reduction's name without `reduce_`):
         ((("max", "sum"), "softmax"),) on div. Its kernels read `reduce_softmax_rows_...`; a kernel
-        no op names is named after its reductions (`reduce_sum_sum_rows_...`)."""
+        no op names is named after its reductions (`reduce_sum_sum_rows_...`);
+    saves: (op, needs) -> (the positions of the inputs, whether the result) torch's autograd node of the op
+        saves for its backward, the gradients of the inputs at `needs` (True/False each) asked for, where it
+        differs from what the vjp reads (erfinv's node saves its input, its vjp reads the result); None:
+        what the vjp reads. A write torch counts into a saved tensor raises at backward
+        (frontend/counted_writes.py)."""
 
     name: str
     category: str
@@ -201,6 +206,7 @@ class OpDef:
     call_result: bool = False
     work: Callable[[Op], int] | None = None
     row_kernels: tuple[tuple[tuple[str, ...], str], ...] = ()
+    saves: Callable[[Op, tuple], tuple[frozenset, bool]] | None = None
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""

@@ -13,7 +13,7 @@ from flame.ir.dtypes import boolean, f32
 from flame.ir.memo import exact_memo
 from flame.ir.ops._erf import erf_narrow
 from flame.ir.ops._shapes import broadcast_shapes
-from flame.ir.registry import REQUIRED, Attr, OpDef, check_dtype, register
+from flame.ir.registry import REQUIRED, Attr, OpDef, check_dtype, get, register
 from flame.ir.types import TensorType
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -267,7 +267,14 @@ MUL = binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, 
 # the quotient leaves its backward as it is)
 DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.mul(g, b.div(b.div(x, y), y)))),
        kinds=("float",), cost=_IEEE, row_kernels=((("max", "sum"), "softmax"),), scalar_opmath=True)
-binary("pow", _power_any, _pow_vjp, **_F32, cost=_LIBM)
+def _pow_saves(op, needs):
+    """torch's PowBackward0 (a number exponent: a constant here) saves self; PowBackward1 (a tensor
+    exponent) saves self, the exponent and the result, whichever gradients are asked for."""
+    p = op.inputs[1].producer
+    return (frozenset({0}), False) if p is not None and get(p.name).constant else (frozenset({0, 1}), True)
+
+
+binary("pow", _power_any, _pow_vjp, **_F32, cost=_LIBM, saves=_pow_saves)
 binary("floor_divide", _integer_division("floor_divide", np.floor_divide), nondiff=_PIECEWISE,
        cost=_IEEE, scalar_opmath=True)  # Python's // (floor), as torch.floor_divide
 def _remainder(x, y):

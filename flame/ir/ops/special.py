@@ -110,4 +110,5 @@ unary(
     **_F32,
     cost=_LIBM,
     doc="the inverse of erf on [-1, 1] (+-inf at +-1, NaN beyond), as torch.erfinv",
+    saves=lambda op, needs: (frozenset({0}), False),  # torch's ErfinvBackward0 saves self, not the result
 )
