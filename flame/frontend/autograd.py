@@ -23,7 +23,7 @@ from flame.frontend.counted_writes import as_of, refuse, saved_modified_error
 from flame.frontend.data_writes import live_reads
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
-from flame.frontend.saved import reads, saved_inputs, saves, unpack_saves
+from flame.frontend.saved import reads, saved_inputs, saves, torch_saved, unpack_saves
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import stale
 from flame.ir.builder import Builder
@@ -141,13 +141,14 @@ def _read_written_leaves(node, out: Value, g: Graph, vals: dict, leaves: list, u
     if op is None or op.name != node.name or node.torch_saves is not None:  # (a composite's op: refuse says)
         return
     # what the VJP of the gradients wanted reads itself (exp's reads its result, made of the old values)
-    positions = saved_inputs(op, tuple(isinstance(x, Tensor) and x.requires_grad for x in node.inputs))
+    needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in node.inputs)
+    positions, kept = saved_inputs(op, needs), torch_saved(op, needs)[0]  # (what torch's node saved: kept)
     sub = {}
     for i in node.olds:
         orig = node.inputs[i]
-        if i in positions:
-            if orig._version != node.versions[i]:
-                raise saved_modified_error(node.name, node.loc)
+        if i in kept and orig._version != node.versions[i]:
+            raise saved_modified_error(node.name, node.loc)
+        if i in positions and orig._version == node.versions[i]:
             if id(orig) not in vals:  # (a leaf that takes no gradient, which no other op reads)
                 vals[id(orig)] = g.add_input(orig._type(), "const")
                 leaves.append(orig)

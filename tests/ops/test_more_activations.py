@@ -201,8 +201,8 @@ def test_a_step_of_them_fuses_renders_and_compiles_for_the_gpu(cuda_target):
     step = flame.compile(lambda x, y: body(w, pw, x, y))
     got = step(x, y).item(), w.grad.numpy(), pw.grad.numpy()
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
-    for g, e in zip(got[1:], want[1:]):
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+    for g, e in zip(got[1:], want[1:]):  # f32 sums of terms up to ~|e|.max(): rounding relative to that scale
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6 * np.abs(e).max())
     kernels = {k.source for k in step._last.plan.kernels()}
     assert len(kernels) > 5
     for source in kernels:
