@@ -29,7 +29,7 @@ from flame.frontend.opmath import composite, float_gradient, half_gradient, wide
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.promotion import bool_as_number, fits, result_type, same_dtype
 from flame.frontend.tensor import Tensor
-from flame.frontend.torch_saves import saves
+from flame.frontend.torch_saves import saves, wants
 from flame.ir.dtypes import bf16, boolean, f16, f64, i8, i16, i32, i64, u8
 
 __all__ = [
@@ -374,7 +374,7 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
-@saves(lambda need: ("target", *(("input",) if need.get("target") else ())))
+@saves(lambda given: ("target", *(("input",) if wants(given, "target") else ())))
 def kl_div(
     input: Tensor,
     target: Tensor,

@@ -557,6 +557,44 @@ def dropout3d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A00
 
 
 
+def _attention_saves(given: dict) -> tuple[str, ...]:
+    """What torch's node of scaled_dot_product_attention saves, by the kernel torch's CPU dispatch picks:
+    its fused kernel (4-d query, key and value of one batch and head count, or key's heads dividing
+    query's with enable_gqa; one head size; no dropout; a mask that requires no grad, 2-d or 4-d, of
+    query's batch and heads or 1) saves the three, a float mask and the result; the math path saves
+    only value (its last matmul's operand, where expanding value to the batch is a view of it and no
+    heads are repeated for enable_gqa); with no keys or an empty result torch computes zeros that save
+    nothing."""
+    q, k, v, mask = (given.get(n) for n in ("query", "key", "value", "attn_mask"))
+    if 0 in (*q.shape[:-1], *k.shape[:-1], *v.shape[:-2], v.shape[-1]):
+        return ()
+    gqa = given.get("enable_gqa", False)
+    fused = q.ndim == k.ndim == v.ndim == 4
+    heads = q.shape[1] if fused else 0
+    fused = (fused and k.shape[1] == v.shape[1] and (heads % k.shape[1] == 0 if gqa else heads == k.shape[1])
+             and q.shape[0] == k.shape[0] == v.shape[0]
+             and q.shape[-1] == k.shape[-1] == v.shape[-1] and not given.get("dropout_p", 0.0))
+    if fused and mask is not None:
+        lead = mask.ndim == 2 or mask.ndim == 4 and mask.shape[0] in (1, q.shape[0]) and mask.shape[1] in (1, heads)
+        fused = (not mask.requires_grad and lead and mask.shape[-2] in (1, q.shape[-2])
+                 and mask.shape[-1] in (1, k.shape[-2]))
+    if fused:
+        return ("query", "key", "value", "result", *(("attn_mask",) if mask is not None and mask.dtype.is_float
+                                                     else ()))
+    if not (q.requires_grad or k.requires_grad or mask is not None and mask.requires_grad):
+        return ()
+    if gqa and v.ndim >= 3 and q.ndim >= 3 and v.shape[-3] != q.shape[-3]:
+        return ()  # (value's heads repeated: a copy)
+    try:
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:  # (the op names the shapes)
+        return ()
+    own = (1,) * (len(batch) - v.ndim + 2) + tuple(v.shape[:-2])
+    spread = {m == 1 for m, n in zip(own, batch) if n != 1}  # which of the batch dims value is expanded along
+    return ("value",) if len(spread) <= 1 else ()
+
+
+@saves(_attention_saves)
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:
@@ -583,7 +621,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if not 0.0 <= p <= 1.0:
         raise RuntimeError(f"scaled_dot_product_attention: dropout probability has to be between 0 and 1, but "
                            f"got {dropout_p}\n  at {user_location()}")
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(query.shape[-1] or 1) if scale is None else float(scale)  # (no head size: scores 0)
     query, key, value = _broadcast_batch(query, key, value, enable_gqa)
     if attn_mask is not None:
         attn_mask = _mask_as_query(attn_mask, query)

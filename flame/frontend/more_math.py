@@ -24,7 +24,7 @@ from flame.frontend.opmath import composite, float_gradient, fused, half_gradien
 from flame.frontend.promotion import coefficient, fits, result_type, same_dtype
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
-from flame.frontend.torch_saves import saves
+from flame.frontend.torch_saves import saves, wants
 from flame.ir.dtypes import boolean, f64, finfo, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
@@ -546,7 +546,7 @@ def _hypot(a, b) -> Tensor:
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-@saves(lambda need: ("result", *(k for k in ("input", "other") if need.get(k))))
+@saves(lambda given: ("result", *(k for k in ("input", "other") if wants(given, k))))
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
     where either is infinite. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
@@ -614,7 +614,7 @@ def signbit(input: Tensor) -> Tensor:  # noqa: A002
     return (x < 0) | ((x == 0) & ((1 / x) < 0))
 
 
-@saves(lambda need: ("result", *(("input",) if need.get("input") else ())))
+@saves(lambda given: ("result", *(("input",) if wants(given, "input") else ())))
 def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
     """|input| with the sign (bit) of other, in torch's dtype: integers and bools give the default
     floating dtype. The gradient is PyTorch's: result / input to input (0 where input is 0, NaN where it

@@ -40,9 +40,10 @@ NOTHING = Declared("", (), False)  # an op inside a declared composite: torch re
 
 def saves(*what, name: str | None = None) -> Callable[[Callable], Callable]:
     """Decorator declaring what torch's node of a composite saves: the names of its tensor parameters,
-    and "result" for its result; or one callable ({tensor parameter's name: whether its argument
-    requires grad}) -> those names, where torch saves a tensor only when a gradient that reads it is asked. `name`: the
-    op named in the error (the function's name by default)."""
+    and "result" for its result; or one callable ({parameter's name: its argument, as given}) -> those
+    names, where what torch saves depends on the arguments: on which gradients are asked (`wants`), or
+    on the shapes that pick torch's kernel. `name`: the op named in the error (the function's name by
+    default)."""
 
     def wrap(fn: Callable) -> Callable:
         params = list(inspect.signature(fn).parameters)
@@ -63,7 +64,7 @@ def saves(*what, name: str | None = None) -> Callable[[Callable], Callable]:
                 return out
             given = {**dict(zip(params, args)), **kwargs}
             tensors = {k: v for k, v in given.items() if isinstance(v, Tensor)}
-            picked = what[0]({k: t.requires_grad for k, t in tensors.items()}) if callable(what[0]) else what
+            picked = what[0](given) if callable(what[0]) else what
             kept = [tensors[k] for k in picked if k in tensors]
             if trace is not None:
                 _mark_traced(trace, start, out, Declared(label, tuple(trace.value_of(t) for t in kept),
@@ -76,6 +77,12 @@ def saves(*what, name: str | None = None) -> Callable[[Callable], Callable]:
         return run
 
     return wrap
+
+
+def wants(given: dict, name: str) -> bool:
+    """The argument of parameter `name` among a call's arguments (`given`) is a tensor that requires grad."""
+    x = given.get(name)
+    return isinstance(x, Tensor) and x.requires_grad
 
 
 def _mark_traced(trace, start: int, out: Tensor, declared: Declared) -> None:
