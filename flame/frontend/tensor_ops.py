@@ -21,7 +21,7 @@ from flame.frontend import data_dependent, legacy_types, more_math, opmath, view
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.broadcasting import broadcast_tensors
-from flame.frontend.context import grad_enabled, made_like, no_grad, user_location
+from flame.frontend.context import current_trace, grad_enabled, made_like, no_grad, user_location
 from flame.frontend.creation import arange, normal_, uniform_
 from flame.frontend.dispatch import apply, broadcast
 from flame.frontend.indexing import assign, flat_positions, stand_in, writes_a_leaf
@@ -371,11 +371,14 @@ class TensorOps:
 
     def _copy(self, src: Tensor | float) -> Tensor:
         fill = not isinstance(src, Tensor)  # fill_ and zero_: one number, allowed into an expanded view
+        self_src = src
         src = src if isinstance(src, Tensor) else full(self.shape, src, self.dtype)
         if src._dtype is not self._dtype and src.dtype != self.dtype:
             src = src.to(self.dtype)
         if src.shape != self.shape:
             src = src.broadcast_to(self.shape)
+        elif src is self_src and current_trace.get() is not None and grad_enabled.get():
+            src = src.clone()  # self takes a value of its own: a later write into self is none into the source
         stand_in(self, src)
         assign(self, src, "copy_", fill)
         return self

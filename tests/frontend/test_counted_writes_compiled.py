@@ -206,3 +206,39 @@ def test_a_no_grad_update_after_the_backward_is_no_error():
             flame.compile(lambda x, w: step(flame, x, w))(x, w)
         got.append(np.asarray(w.detach().tolist()))
     np.testing.assert_allclose(got[1], got[0], rtol=1e-12)
+
+
+
+def _copied_then_target_written(lib, x, z):
+    s = x.sin()  # saves x
+    y = x * 2
+    y.copy_(x)
+    y.copy_(z)
+    return s.sum() + (y * y).sum()
+
+
+def _copied_then_source_written(lib, x, z):
+    h = x * 3
+    y = x * 2
+    y.copy_(h)
+    s = y.sin()  # saves y
+    h.copy_(z)
+    return s.sum() + (h * h).sum()
+
+
+@pytest.mark.parametrize("body", [_copied_then_target_written, _copied_then_source_written])
+def test_a_tensor_copied_onto_is_not_its_source(body):
+    """y.copy_(h) gives y h's values, not h itself: a later write into y is none into the h a node saved,
+    and one into h none into y, inside @flame.compile as eagerly and in torch: the gradients, no error."""
+    grads = []
+    for lib in (torch, flame):
+        xs = [lib.tensor([0.7, 0.1], dtype=lib.float64, requires_grad=True),
+              lib.tensor([-0.2, 0.3], dtype=lib.float64, requires_grad=True)]
+
+        def step(*xs, lib=lib):
+            body(lib, *xs).backward()
+
+        (flame.compile(step) if lib is flame else step)(*xs)
+        grads.append([np.asarray(x.grad.tolist()) for x in xs])
+    for g, w in zip(grads[1], grads[0]):
+        np.testing.assert_allclose(g, w, rtol=1e-12)

@@ -526,6 +526,15 @@ FOUND = {
         _node("sdpa", 0, 1, 2, scale=None, is_causal=True),
         _node("write", 3, kind="zero_"),
     ]),
+    "a write into a tensor copied onto from one gelu saved, compiled": Program([
+        _node("input", shape=(), mean=0.0, std=1.0),
+        _node("act", 0, fn="gelu"),
+        _node("input", shape=(), mean=0.0, std=1.0),
+        _node("fmod", 1, 2),
+        _node("write", 3, 0, kind="copy_"),
+        _node("input", shape=(), mean=0.0, std=1.0),
+        _node("write", 3, 5, kind="copy_"),
+    ]),
 }
 
 
