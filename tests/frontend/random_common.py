@@ -245,11 +245,18 @@ def keepdim_family(g) -> int | None:
 # ---- explicit low-precision casts ----------------------------------------------------------------
 
 
+def _gelu(lib, a):
+    """gelu; torch's CPU kernel gives NaN at +inf in float16, bfloat16 and float32 (its float64 kernel, its
+    CUDA kernels and flame give inf): inf there, as its float64 run of the program does."""
+    out = _F(lib).gelu(a)
+    return out.where(a != float("inf"), a) if lib.__name__ == "torch" else out
+
+
 def _lowp(lib, x, *ys, dtype, fn, **kw):
     lo = getattr(lib, dtype)
     a = x.to(lo)
     if fn == "unary":
-        out = getattr(a, kw["name"])() if kw["name"] != "gelu" else _F(lib).gelu(a)
+        out = getattr(a, kw["name"])() if kw["name"] != "gelu" else _gelu(lib, a)
     elif fn == "same":
         out = a * ys[0].to(lo) + a
     elif fn == "mixed":

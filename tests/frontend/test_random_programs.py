@@ -146,8 +146,9 @@ def _flame_compiled(prog: Program, xs, fuse: bool, backward: bool = True, budget
 
 
 # flame's eager backward recomputes the forward, so it needs every value a recorded op read: one written
-# in place since, with nothing keeping it, is refused where torch's op saved nothing (compiled runs agree)
-RECOMPUTED = "was modified in place after it was used by"
+# in place since, with nothing keeping it, is refused where torch's op saved nothing (compiled runs agree);
+# torch's own error ("modified by an inplace operation") is not this one
+RECOMPUTED = "a tensor needed to compute gradients was modified in place after it was used by"
 
 WAYS = {  # (program, inputs, whether torch's loss requires grad: then each way calls backward())
     "eager f32": lambda prog, xs, bw: _flame_eager(prog, xs, flame.float32, bw),
