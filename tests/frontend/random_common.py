@@ -18,11 +18,17 @@ lowp          explicit casts to float16 or bfloat16 (not autocast): ops in the l
               dtype), a Python scalar, an integer tensor or the other half-precision dtype (bf16 with f16
               promotes to float32); reductions and softmax in the low-precision dtype; the result cast
               back. torch's float64 run rounds there too, so the float64 way is held to the
-              low-precision dtype's eps as well (Program.casts)."""
+              low-precision dtype's eps as well (Program.casts).
+promote       cat, stack and index_copy (unique indices) of a matmul's result and another value; cat and stack
+              inside an autocast region half the time: there the matmul's result is low precision and the
+              other operand float32, and the result float32. index_copy is drawn outside regions only:
+              torch's CPU autocast lists (its runs here) promote it, its CUDA lists (flame's regions) not."""
 
 from __future__ import annotations
 
 import importlib
+
+import numpy as np
 
 
 def _F(lib):
@@ -303,4 +309,35 @@ def lowp_family(g) -> int | None:
     return g.add("lowp", (i,), dtype=dtype, fn=fn, dim=rng.randrange(-r, r), keep=rng.random() < 0.5)
 
 
-APPLY = {"act": _act, "structure": _structure, "keepdim": _keepdim, "lowp": _lowp}
+# ---- cat, stack and index_copy of a matmul's result (autocast's promote rule) ----------------------
+
+
+def _promote(lib, x, w, y, fn, dim, index=None):
+    a = x @ w
+    if fn == "index_copy":
+        return a.index_copy(dim, lib.tensor(index), y)
+    return getattr(lib, fn)([a, y], dim=dim)
+
+
+def promote_family(g) -> int | None:
+    """cat, stack or index_copy of x @ w and a value of the fitting shape; inside an autocast region half
+    the time (module docstring)."""
+    rng = g.rng
+    m, k, n = g.size(), g.size(), g.size()
+    x, w = g.operand((m, k)), g.operand((k, n))
+    fn = rng.choice(["cat", "stack", "index_copy"])
+    dim = rng.randrange(2)
+    shape = [m, n]
+    kw = {}
+    if fn == "cat":
+        shape[dim] = g.size(0, 3)
+    elif fn == "index_copy":
+        kw["index"] = g.np.permutation(shape[dim])[: g.size(0, shape[dim])] if shape[dim] else np.zeros(0, np.int64)
+        shape[dim] = len(kw["index"])
+    ins = (x, w, g.operand(tuple(shape)))
+    if fn == "index_copy" or rng.random() < 0.5:  # (index_copy is on torch's CPU promote list, not its CUDA lists)
+        return g.add("promote", ins, fn=fn, dim=dim, **kw)
+    return g.add("autocast", ins, dtype=rng.choice(["float16", "bfloat16"]), inner="promote", fn=fn, dim=dim, **kw)
+
+
+APPLY = {"act": _act, "structure": _structure, "keepdim": _keepdim, "lowp": _lowp, "promote": _promote}

@@ -876,6 +876,7 @@ FAMILIES = {
     random_common.structure_family: 2,
     random_common.keepdim_family: 1,
     random_common.lowp_family: 1.5,
+    random_common.promote_family: 0.5,
 }
 # the families a checkpoint region draws its ops from (no views or writes: a region recomputes them)
 CHECKPOINTED = {
