@@ -112,7 +112,10 @@ def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0) 
     else:
         negcoef, rnd = _f32(np.float32(alpha) * np.float32(scale)), _f32
     z = x.clamp(max=0.0)
-    neg = (z * rnd(input_scale) if input_scale != 1 else z).expm1() * negcoef
+    u = z * rnd(input_scale) if input_scale != 1 else z
+    # the gradient torch's elu_backward: exp(u), not expm1's grad * (result + 1), which loses exp(u)'s
+    # digits where the result nears -1
+    neg = with_derivative(u, u.expm1(), u.exp()) * negcoef
     return where(x <= 0, neg, x * rnd(scale) if scale != 1 else x)  # a NaN takes the x branch, as torch's backward
 
 

@@ -538,25 +538,13 @@ def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return _torch_backward(value, input, other, lambda t, u: t / (1 + 2 ** (u - t)).detach())
 
 
-def _hypot(a, b) -> Tensor:
-    m = a.abs().maximum(b.abs())
-    safe = where((m == 0) | (m == math.inf), 1.0, m)
-    scaled = where(m == 0, 0.0, m * ((a / safe) ** 2 + (b / safe) ** 2).sqrt())
-    return where((a.abs() == math.inf) | (b.abs() == math.inf), math.inf, scaled)  # even against NaN, as C
-
-
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-@saves(lambda given: ("result", *(k for k in ("input", "other") if wants(given, k))))
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
-    where either is infinite. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
-    grad * self / result in the inputs' dtype (the product rounded, then the quotient; 0 beside an
-    infinite operand)."""
+    """sqrt(a^2 + b^2) without overflow or underflow; inf where either is infinite. For f16 / bf16, in f32
+    rounded once; the gradient PyTorch's grad * self / result (the hypot op's VJP) in the inputs' dtype
+    (the product rounded, then the quotient; 0 beside an infinite operand)."""
     input, other = _floating("hypot", input, other)
-    value = fused(_hypot, input, other)
-    r = value.detach()
-    # (t / r) * t: backward multiplies the cotangent by t first, then divides by r, as PyTorch's formula
-    return _torch_backward(value, input, other, lambda t, u: (t / r) * t.detach())
+    return apply("hypot", input, other)
 
 
 def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002

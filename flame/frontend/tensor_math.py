@@ -1,7 +1,7 @@
 """Tensor methods of arithmetic and statistics beyond the core of tensor_core.py, with PyTorch's names and
 semantics, each composed from IR ops: products (matmul, mm, bmm, dot, outer, addmm, baddbmm,
-tensordot, kron, cross), elementwise math (log1p and expm1 with Kahan's corrections, and what is built on
-them; trunc, frac, log2, log10, tan, xlogy, logit), reductions and statistics (logsumexp, prod, nansum, nanmean,
+tensordot, kron, cross), elementwise math (log1p with Kahan's correction, and what is built on it:
+trunc, frac, log2, log10, tan, xlogy, logit), reductions and statistics (logsumexp, prod, nansum, nanmean,
 kthvalue, median, cov, corrcoef, diagonal, diag, trace), and the fused updates of optimizer and EMA code (lerp,
 addcmul, addcdiv and their in-place forms). methods.py binds them onto Tensor; ops.py makes the function forms."""
 
@@ -72,16 +72,6 @@ def _logit(x: Tensor, eps: float | None) -> Tensor:
     p = x.clamp(eps, 1 - eps) if eps is not None else x
     return (p / (1 - p)).log()
 
-
-@opmath.composite
-def _expm1(x: Tensor) -> Tensor:
-    """exp(x) - 1 by Kahan's correction for |x| < 0.5: (u - 1) * x / log(u) with u = exp(x) rounded;
-    beyond, u - 1 loses nothing."""
-    u = x.exp()
-    near = x.abs() < 0.5
-    exact = u == 1
-    safe = where(near & ~exact, u, 2.0)  # the unused branch stays finite
-    return where(exact, x, where(near, (safe - 1) * (x / safe.log()), u - 1))
 
 class TensorMath:
     """The mixin Tensor inherits (no state of its own)."""
@@ -252,15 +242,10 @@ class TensorMath:
         return apply("straight_through", (x + 1).log(), value)  # log's gradient: g / (x + 1)
 
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
-    @saves("result")
     def expm1(self):
-        """exp(self) - 1, accurate for small self, as torch.expm1 (f16 / bf16: in f32, rounded once; the
-        gradient PyTorch's grad * (result + 1), two ops of self's dtype)."""
-        x = as_floating(self)
-        value = _expm1(x)
-        if not opmath.half_gradient(x):
-            return value
-        return apply("straight_through", x * (value + 1).detach(), value)
+        """exp(self) - 1, accurate for small self, as torch.expm1 (f16 / bf16: in f32, rounded once); the
+        gradient PyTorch's grad * (result + 1), two ops of self's dtype (the expm1 op's VJP)."""
+        return self._float_unary("expm1")
 
     # ---- special functions (flame/ir/ops/special.py; integers promote to the default dtype, as torch's)
     def lgamma(self):
@@ -360,22 +345,16 @@ class TensorMath:
         return self.log() * (1.0 / math.log(10.0))
 
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
-    @saves("self")
     def sinh(self):
-        """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
-        x = as_floating(self)  # an integer's negation must not wrap (u8, the minimum)
-        return (x.expm1() - (-x).expm1()) * 0.5
+        return self._float_unary("sinh")
 
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
-    @saves("self")
     def cosh(self):
-        x = as_floating(self)
-        return (x.exp() + (-x).exp()) * 0.5
+        return self._float_unary("cosh")
 
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
-    @saves("result")
     def tan(self):
-        return self.sin() / self.cos()
+        return self._float_unary("tan")
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     @saves("self", "other")

@@ -1,8 +1,8 @@
 """What torch's autograd node of a composite saves for its backward, where the composite is one node in
-torch and several ops in flame: expm1's and tan's nodes save their result, hypot's its inputs and its
-result, softmax's its result. A write torch's version counter counts into a tensor the node saved raises
-torch's error at backward (counted_writes.py); a write into one it did not save does not, whatever the
-ops flame computes the composite with read (flame's recomputing backward reads the old values).
+torch and several ops in flame: softmax's and log_softmax's nodes save their result, logsumexp's its input
+and its result, mse_loss's its input and target. A write torch's version counter counts into a tensor the
+node saved raises torch's error at backward (counted_writes.py); a write into one it did not save does not,
+whatever the ops flame computes the composite with read (flame's recomputing backward reads the old values).
 
 `saves(...)` declares it on the composite's function. A call recording a gradient history marks the ops
 it recorded: the op that made its result carries the declaration (`Declared`: what it saved), the others

@@ -249,6 +249,8 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "asin": _float_unary(_unit), "acos": _float_unary(_unit), "atan": _float_unary(), "asinh": _float_unary(),
     "acosh": _float_unary(_above_one), "atanh": _float_unary(_unit), "erfc": _float_unary(),
     "atan2": (FLOATS, _binary(_away, _away)),
+    "hypot": (FLOATS, _binary(_away, _away)),
+    "expm1": _float_unary(), "tan": _float_unary(_unit), "sinh": _float_unary(), "cosh": _float_unary(),
     "add": (NUM, _binary()), "sub": (NUM, _binary()), "mul": (NUM, _binary()), "straight_through": (FLOATS, _binary()),
     "div": (FLOATS, _binary(arr, _pos)), "pow": (FLOATS, _binary(_pos)), "maximum": (NUM, _binary()),
     "minimum": (NUM, _binary()), "logical_and": (("bool",), _binary()), "logical_or": (("bool",), _binary()),

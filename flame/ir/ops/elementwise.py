@@ -142,6 +142,12 @@ unary("atan", np.arctan, _opmath(lambda b, g, x, y: (b.div(g, b.add(b.mul(x, x),
 unary("asinh", np.arcsinh, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.add(b.mul(x, x), 1.0))),)), cost=_LIBM)
 unary("acosh", np.arccosh, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.sub(b.mul(x, x), 1.0))),)), cost=_LIBM)
 unary("atanh", np.arctanh, _opmath(lambda b, g, x, y: (b.div(g, b.sub(1.0, b.mul(x, x))),)), cost=_LIBM)
+# torch's formulas, reading what its nodes save: expm1's and tan's the result, sinh's and cosh's the input
+unary("expm1", np.expm1, lambda b, g, x, y: (b.mul(g, b.add(y, 1.0)),), **_F32, cost=_LIBM,
+      doc="exp(x) - 1, accurate for small x")
+unary("tan", np.tan, lambda b, g, x, y: (b.mul(g, b.add(b.mul(y, y), 1.0)),), **_F32, cost=_LIBM)
+unary("sinh", np.sinh, lambda b, g, x, y: (b.mul(g, b.cosh(x)),), **_F32, cost=_LIBM)
+unary("cosh", np.cosh, lambda b, g, x, y: (b.mul(g, b.sinh(x)),), **_F32, cost=_LIBM)
 unary("erfc", _erfc_ref,
       _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), -TWO_OVER_SQRT_PI)),)), cost=_LIBM,
       doc="1 - erf(x) without the cancellation: accurate in the tail where erf rounds to 1, as torch.erfc")
@@ -300,6 +306,9 @@ def _atan2_vjp(b, g, x, y, out):
     return b.mul(b.mul(g, y), r), b.mul(b.mul(g, b.neg(x)), r)
 
 
+binary("hypot", np.hypot, lambda b, g, x, y, out: (b.div(b.mul(g, x), out), b.div(b.mul(g, y), out)),
+       kinds=("float",), cost=_LIBM,
+       doc="sqrt(x^2 + y^2) without overflow or underflow; the gradient torch's grad * self / result")
 binary("atan2", np.arctan2, _atan2_vjp, kinds=("float",), cost=_LIBM)  # atan2(x, y): the angle of (y, x)
 STRAIGHT_THROUGH = binary(
     "straight_through", lambda x, y: np.array(np.broadcast_to(y, np.broadcast_shapes(x.shape, y.shape))),
