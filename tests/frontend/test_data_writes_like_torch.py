@@ -1,6 +1,6 @@
 """Gradients after a write through `.data` (frontend/data_writes.py) against torch in float64: torch's
 backward reads the storage as it is then for what its node saved, through its own formula, so flame's
-VJP must read what torch's node saves (expm1's and tan's result, sinh's and cosh's input, hypot's inputs
+VJP must read what torch's node saves (expm1's and tan's result, sinh's, cosh's and erfinv's input, hypot's inputs
 and result) and compute as torch's does. A write into the result and one into each input, eager and
 compiled."""
 
@@ -21,6 +21,7 @@ OPS = {  # name: (operand count, the op on lib's tensors)
     "tan": (1, lambda lib, x: x.tan()),
     "sinh": (1, lambda lib, x: x.sinh()),
     "cosh": (1, lambda lib, x: x.cosh()),
+    "erfinv": (1, lambda lib, x: x.erfinv()),
     "tanh": (1, lambda lib, x: x.tanh()),
     "sqrt": (1, lambda lib, x: x.sqrt()),
     "hypot": (2, lambda lib, x, y: lib.hypot(x, y)),

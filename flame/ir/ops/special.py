@@ -103,12 +103,17 @@ POLYGAMMA = unary(
     cost=_LIBM,
     doc="the n-th derivative of digamma (n >= 1), as torch.polygamma",
 )
+def _erfinv_vjp(b, g, x, y):
+    """torch's ErfinvBackward0: it saves self, not the result, and computes erfinv(self) again."""
+    e = b.erfinv(x)
+    return (b.mul(g, b.mul(b.exp(b.mul(e, e)), SQRT_PI_OVER_2)),)
+
+
 unary(
     "erfinv",
     _erfinv_ref,
-    _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.mul(y, y)), SQRT_PI_OVER_2)),)),
+    _opmath(_erfinv_vjp),
     **_F32,
     cost=_LIBM,
     doc="the inverse of erf on [-1, 1] (+-inf at +-1, NaN beyond), as torch.erfinv",
-    saves=lambda op, needs: (frozenset({0}), False),  # torch's ErfinvBackward0 saves self, not the result
 )
