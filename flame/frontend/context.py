@@ -22,6 +22,9 @@ inference_enabled: ContextVar[bool] = ContextVar("flame_inference_enabled", defa
 in_checkpoint: ContextVar[int | None] = ContextVar("flame_in_checkpoint", default=None)
 # the policy of the flame.utils.checkpoint region being recorded: op -> whether its result is kept
 checkpoint_saves: ContextVar = ContextVar("flame_checkpoint_saves", default=None)
+# eagerly, the tensor arguments of the flame.utils.checkpoint region being recorded, as torch's checkpoint
+# saves them (counted_writes.RegionArgs), or None
+checkpoint_args: ContextVar = ContextVar("flame_checkpoint_args", default=None)
 # a callable told of every op dispatch.apply runs, as (op, inputs, attributes, result), or None: forward
 # AD's record of the ops that carry tangents where no gradient history is kept (autograd/forward_ad.py)
 op_recorder: ContextVar = ContextVar("flame_op_recorder", default=None)

@@ -4,7 +4,11 @@ through `detach()` (which shares the counter) or under no_grad. torch's node che
 tensor it saved when its backward runs, and raises there: exp's and sigmoid's nodes save their result,
 mul's saves the inputs whose gradient the other one needs. The in-place op's own node saves what it reads
 before its write (torch clones it), so it never raises. (A write through `.data` is not counted:
-frontend/data_writes.py.)
+frontend/data_writes.py.) A node recorded inside flame.utils.checkpoint saved nothing torch checks:
+torch's checkpoint packs what the region's nodes save through its saved-tensor hooks and recomputes it
+at backward, so a write into the region's result (or a view of it) is no error there. What it saves is the
+region's tensor arguments (RegionArgs): a counted write into one raises when the backward recomputes the
+region (a node of it that saved something runs), or, for use_reentrant=True, whenever it runs through it.
 
 Eagerly such a write leaves the tensor's old history in a stand-in (indexing.stand_in, indexing._untracked),
 which the nodes recorded before the write read in flame's recomputing backward, and which the write's own
@@ -22,14 +26,26 @@ whose backward runs outside keeps, per result, the op a backward from it would r
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from flame._identity import ByIdentity
 from flame.errors import AutogradError
 from flame.frontend.saved import saves_nothing, torch_saved
 from flame.frontend.tensor import Tensor
 from flame.ir import registry
-from flame.ir.graph import Op, Value
+from flame.ir.graph import CheckpointLoc, Op, Value
 
 _COUNTED = ByIdentity()  # the marked stand-ins
+
+
+class RegionArgs(NamedTuple):
+    """What torch's checkpoint saves of a region: its tensor arguments (eagerly tensors, with their
+    versions then; while tracing their values) and whether it is the reentrant variant, whose node
+    checks them whenever its backward runs (the other checks them when it recomputes the region)."""
+
+    tensors: tuple
+    versions: tuple
+    reentrant: bool
 
 
 def mark(old: Tensor, trace=None) -> None:
@@ -96,6 +112,27 @@ def _saves_written(op: Op, needs: tuple, written: list[int], result: bool) -> bo
     return any(k in positions for k in written) or result and reads_result
 
 
+def _saves_any(op: Op, needs: tuple, declared, tensors: list) -> bool:
+    """Whether op's node (declared: what a composite's node saved instead) saved anything for its backward:
+    its result, or an input at a position in `tensors` (a Python number is saved as one)."""
+    if declared is not None:
+        return bool(declared.result or declared.inputs)
+    positions, reads_result = torch_saved(op, needs)
+    return reads_result or any(k in positions for k in tensors)
+
+
+def _number(v: Value) -> bool:
+    """A traced value that is a Python number's constant (a 0-d value made of no input), which torch's node
+    keeps as a number, not as a saved tensor."""
+    return v.producer is not None and not v.producer.inputs and v.type.shape == ()
+
+
+def _recomputed(loc) -> bool:
+    """An op recorded at loc is inside a checkpoint region, whose saved tensors torch's checkpoint packs
+    and recomputes at backward: it checks no version of them."""
+    return isinstance(loc, CheckpointLoc)
+
+
 def refuse(op, node, t: Tensor, inputs: list) -> None:
     """Raise torch's error where op (the rebuilt op of tensor t's node, reading `inputs`) saved for its
     backward a value a counted write changed since: an input its VJP reads, or t, where it reads its
@@ -104,11 +141,18 @@ def refuse(op, node, t: Tensor, inputs: list) -> None:
     if saves_nothing():  # a forward-mode transform's passes: torch's forward AD saves nothing to check
         return
     declared = node.torch_saves
+    needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
+    if _recomputed(node.loc):
+        region = node.region
+        if region is not None and (region.reentrant or _saves_any(
+                op, needs, declared, [k for k, x in enumerate(inputs) if isinstance(x, Tensor)])) \
+                and any(_changed(x, v) for x, v in zip(region.tensors, region.versions)):
+            raise saved_modified_error(node.name, node.loc)
+        return
     if declared is not None:
         if declared.result and _counted(t) or any(_changed(x, v) for x, v in declared.inputs):
             raise saved_modified_error(declared.name, node.loc)
         return
-    needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
     written = [k for k, (x, orig, v) in enumerate(zip(inputs, node.inputs, node.versions))
                if _written_since(x, orig, v)]
     if _saves_written(op, needs, written, _counted(t)):
@@ -116,14 +160,15 @@ def refuse(op, node, t: Tensor, inputs: list) -> None:
 
 
 def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: set[Value],
-            declared: dict) -> tuple | None:
+            declared: dict, regions: dict) -> tuple | None:
     """Of the traced ops in `used` (a backward runs them; `ops`: every op of the graph, in the order
     recorded), the first whose node saved (torch_saved) a value a counted write replaced since
     (`counted`: Trace.counted, each with the number of ops recorded before the write), or a view of one, as
     an input or as its result, the gradients of its inputs that require grad (those in `requires_grad`)
     asked for, as the eager backward's first refused node (autograd._rebuild): (its name, its location), or None if none
     does. `declared`: Trace.torch_saves, what torch's node saved for the ops of a composite it records as
-    one node (torch_saves.py): the composite's name and what it saved in place of the op's."""
+    one node (torch_saves.py): the composite's name and what it saved in place of the op's. `regions`:
+    Trace.checkpoint_args, the RegionArgs of each checkpoint region, by its number."""
     if not counted or saves_nothing():  # (saves_nothing: as refuse's)
         return None
     before = dict(counted)  # value -> the ops before this index saw it as it was
@@ -134,8 +179,15 @@ def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: 
             before.setdefault(op.out, before[op.inputs[0]])
         if op not in used:
             continue
-        result = i < before.get(op.out, -1)
         mine = declared.get(op)
+        if _recomputed(op.loc):
+            region = regions.get(op.loc.region)
+            if region is not None and any(i < before.get(x, -1) for x in region.tensors) and (
+                    region.reentrant or _saves_any(op, tuple(x in requires_grad for x in op.inputs), mine,
+                                               [k for k, x in enumerate(op.inputs) if not _number(x)])):
+                return op.name, op.loc
+            continue
+        result = i < before.get(op.out, -1)
         if mine is not None:
             if mine.result and result or any(i < before.get(x, -1) for x in mine.inputs):
                 return mine.name, op.loc

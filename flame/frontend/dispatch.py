@@ -16,6 +16,7 @@ from flame.frontend import autocast
 from flame.frontend.autocast import _state as _autocast
 from flame.frontend.context import (
     _pinned,
+    checkpoint_args,
     checkpoint_saves,
     current_trace,
     grad_enabled,
@@ -47,7 +48,8 @@ class Node:
     was written since with no gradient recorded (frontend/leaf_writes.py). `spent`: a backward()
     without retain_graph=True ran through it (a later write into a leaf it read keeps no old values for
     it: its gradient has been taken). `torch_saves`: what torch's node saved where the op is one of a
-    composite torch records as one node (frontend/torch_saves.py); None: what the op's trait says."""
+    composite torch records as one node (frontend/torch_saves.py); None: what the op's trait says.
+    `region`: the arguments of the checkpoint region it was recorded in, which torch's checkpoint saves."""
 
     name: str
     attrs: dict
@@ -59,6 +61,7 @@ class Node:
     olds: dict | None = None
     spent: bool = False
     torch_saves: Any = None
+    region: Any = None  # recorded inside flame.utils.checkpoint: the region's arguments (counted_writes.RegionArgs)
 
     def grad_fn_parts(self) -> tuple[str | None, tuple, Any, list | None]:
         """What Tensor.grad_fn shows of the node: (torch's name, None: made from the op's; the inputs
@@ -229,7 +232,8 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     if grad_enabled.get() and t.dtype.is_float and opdef.vjp is not None:
         if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
             t.requires_grad = True
-            t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc(name))
+            t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc(name),
+                           region=checkpoint_args.get())
             note_readers(t._node)
             if hooks_installed():
                 t._node.packed = pack_saves(name, attrs, tuple(inputs), t,

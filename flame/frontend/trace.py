@@ -134,6 +134,8 @@ class Trace:
     # value -> the number of ops recorded before an in-place op on it began (indexing.stand_in): its own ops
     # come after, and read the value as torch's node reads what it clones (counted_writes.mark)
     write_begun: dict = field(default_factory=dict)
+    # each flame.utils.checkpoint region's arguments, by its number (counted_writes.RegionArgs)
+    checkpoint_args: dict = field(default_factory=dict)
     # op -> what torch's node saved, for the ops of a composite torch records as one node (torch_saves.py)
     torch_saves: dict = field(default_factory=dict)
 
@@ -458,7 +460,8 @@ class Trace:
         self._refuse_counted(*self._backward_ops(root, leaves))
 
     def _refuse_counted(self, used: set, carries: set) -> None:
-        found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves)
+        found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves,
+                        self.checkpoint_args)
         if found is not None:
             raise saved_modified_error(*found)
 
@@ -471,7 +474,8 @@ class Trace:
         got = []
         for k in needs:
             used, carries = self._backward_ops(outputs[k], leaves)
-            found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves)
+            found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves,
+                        self.checkpoint_args)
             if found is not None:
                 got.append((k, *found))
         return tuple(got)

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from flame.errors import ArgumentError, ArgumentTypeError
-from flame.frontend.context import checkpoint_saves, current_trace, in_checkpoint, no_grad
+from flame.frontend.context import checkpoint_args, checkpoint_saves, current_trace, in_checkpoint, no_grad
+from flame.frontend.counted_writes import RegionArgs
+from flame.frontend.dispatch import record_versions
 from flame.frontend.tensor import Tensor
 from flame.ir import registry
 from flame.ir.graph import CheckpointLoc
@@ -101,15 +103,29 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
     region = next(_REGIONS) if outer is None else outer
     token = in_checkpoint.set(region)
     saves = checkpoint_saves.set(chosen.saves if outer is None else checkpoint_saves.get())
+    saved = checkpoint_args.set(_saved_args(region, args, use_reentrant) if outer is None else checkpoint_args.get())
     if outer is None:
         _POLICY[region] = chosen
     try:
         return function(*args, **kwargs)
     finally:
+        checkpoint_args.reset(saved)
         checkpoint_saves.reset(saves)
         in_checkpoint.reset(token)
         if outer is None:
             _POLICY.pop(region, None)
+
+
+def _saved_args(region: int, args: tuple, reentrant: bool) -> RegionArgs | None:
+    """What torch's checkpoint saves of the region: its tensor arguments, whose counted writes before the
+    backward recomputes it raise there (counted_writes.py). Eagerly the tensors with their versions (the
+    nodes recorded in the region keep them), while tracing their values, kept by the trace."""
+    tensors = tuple(a for a in args if isinstance(a, Tensor))
+    trace = current_trace.get()
+    if trace is None:
+        return RegionArgs(tensors, record_versions(tensors), reentrant)
+    trace.checkpoint_args[region] = RegionArgs(tuple(trace.value_of(a) for a in tensors), (), reentrant)
+    return None
 
 
 def _reentrant_records(args: tuple, kwargs: dict, context_fn: Any, debug: bool) -> bool:
