@@ -64,6 +64,16 @@ def _tensor(x):
 
 CumResult = {n: namedtuple(n, ["values", "indices"]) for n in ("cummax", "cummin")}
 
+def _copied(t: Tensor, src: Tensor, old: Tensor) -> Tensor:
+    """What y.copy_(src) makes y hold: a value (and node) of its own, so that a later write into y is none
+    into src; where y requires grad, one of src and of y's old history (`old`, the write's stand-in; while
+    tracing y itself), which takes a zero gradient, as torch's copy_ node gives it (its nodes still run:
+    one that saved y raises)."""
+    if current_trace.get() is None and not src.requires_grad:
+        return src  # (no history to share)
+    return where(full((), True, boolean), src, old) if t.requires_grad else src.clone()
+
+
 class TensorOps:
     """The mixin Tensor inherits (no state of its own)."""
 
@@ -377,9 +387,9 @@ class TensorOps:
             src = src.to(self.dtype)
         if src.shape != self.shape:
             src = src.broadcast_to(self.shape)
-        elif src is self_src and current_trace.get() is not None and grad_enabled.get():
-            src = src.clone()  # self takes a value of its own: a later write into self is none into the source
-        stand_in(self, src)
+        old = stand_in(self, src)
+        if src is self_src and grad_enabled.get() and src.shape == self.shape:
+            src = _copied(self, src, old)
         assign(self, src, "copy_", fill)
         return self
 

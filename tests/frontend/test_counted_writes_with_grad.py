@@ -117,11 +117,90 @@ def _divided_then_added(lib, x, w):
     return (y * y).sum()
 
 
+def _copy_of_exp_then_target_written(lib, x, w):
+    v1 = x * 1
+    v2 = v1.exp()
+    v1.copy_(v2)  # v1 takes a node of its own: exp saved v2, not v1
+    v1.mul_(2)
+    return (v1 + v2).sum()
+
+
+def _copy_of_exp_then_source_written(lib, x, w):
+    v1 = x * 1
+    v2 = v1.exp()
+    v1.copy_(v2)
+    v2.mul_(2)  # exp saved v2
+    return (v1 + v2).sum()
+
+
+def _copy_into_a_tensor_without_grad(lib, x, w):
+    y = w.detach() * 0
+    s = x.exp()
+    y.copy_(s)
+    y.mul_(3)
+    return (y * s).sum()
+
+
+def _copy_into_a_view_then_base_written(lib, x, w):
+    y = w.detach().repeat(2) * 0
+    s = x.exp()
+    y[1:4].copy_(s)
+    y.mul_(3)
+    return y.sin().sum()
+
+
+def _copy_into_a_view_then_source_written(lib, x, w):
+    y = w.detach().repeat(2) * 0
+    s = x.exp()
+    y[1:4].copy_(s)
+    s.mul_(3)
+    return y.sin().sum()
+
+
+def _copy_over_a_tanh(lib, x, w):
+    y = x.tanh()
+    y.copy_(w)  # tanh's node takes a zero gradient, and saved y
+    return y.sum()
+
+
+def _copy_of_exp_over_a_mul(lib, x, w):
+    h = x.exp()
+    y = x * 1
+    y.copy_(h)
+    y.mul_(2)
+    return (y + h).sum()
+
+
+def _copy_of_exp_then_detached_target_written(lib, x, w):
+    h = x.exp()
+    y = x * 1
+    y.copy_(h)
+    y.detach().mul_(2)
+    return (y + h).sum()
+
+
+def _fill_after_a_saved_use(lib, x, w):
+    y = x * 1
+    z = y.sin()
+    y.fill_(2.0)
+    return (y + z).sum()
+
+
+def _zero_after_a_use_that_saves_nothing(lib, x, w):
+    y = x * 1
+    z = y * 3
+    y.zero_()
+    return (y + z).sum()
+
+
 PROGRAMS = [
     _exp_result, _sigmoid_result, _saved_input_of_mul, _view_of_a_saved_result, _base_of_a_saved_view,
     _item_of_a_saved_input, _copy_of_itself_through_mul, _requires_no_grad,
     _add_then_scaled, _own_node, _own_node_through_a_view, _clone_written, _inplace_relu_after_mul,
-    _residual_into_batch_norm, _divided_then_added,
+    _residual_into_batch_norm, _divided_then_added, _copy_of_exp_then_target_written,
+    _copy_of_exp_then_source_written, _copy_into_a_tensor_without_grad, _copy_into_a_view_then_base_written,
+    _copy_into_a_view_then_source_written, _copy_over_a_tanh, _copy_of_exp_over_a_mul,
+    _copy_of_exp_then_detached_target_written, _fill_after_a_saved_use, _zero_after_a_use_that_saves_nothing,
 ]
 
 
