@@ -25,7 +25,7 @@ from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.saved import reads, saved_inputs, saves, torch_saved, unpack_saves
 from flame.frontend.tensor import Tensor
-from flame.frontend.views import stale
+from flame.frontend.views import moved_since, stale
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, f32
 from flame.ir.graph import Graph, Value, is_backward
@@ -113,7 +113,7 @@ def _rebuild(
         inputs = _inputs(node)
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
             # its history is the same; only a leaf's values can have changed under it
-            if x is orig and isinstance(x, Tensor) and ver is not None and x._version != ver and x._node is None:
+            if x is orig and isinstance(x, Tensor) and ver is not None and x._node is None and moved_since(x, ver):
                 raise saved_modified_error(node.name, node.loc)
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)

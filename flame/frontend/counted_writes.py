@@ -32,6 +32,7 @@ from flame._identity import ByIdentity
 from flame.errors import AutogradError
 from flame.frontend.saved import saves_nothing, torch_saved
 from flame.frontend.tensor import Tensor
+from flame.frontend.views import moved_since
 from flame.ir import registry
 from flame.ir.graph import CheckpointLoc, Op, Value
 
@@ -98,7 +99,7 @@ def _changed(x: Tensor, version) -> bool:
     """Tensor x, at `version` when a node saved it, was changed since by a write its version counts: a
     tensor with no history (a leaf, or one made with gradients off) whose version moved, or one a counted
     write left a stand-in of."""
-    if x._node is None and version is not None and x._version != version:
+    if x._node is None and version is not None and moved_since(x, version):
         return True
     return _written_since(as_of(x, version), x, version)
 

@@ -517,7 +517,7 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     if not record or detached and not traced:
         check_writable(t, what, fill)
         # t (and every other view) is derived again from the base at its next use
-        _untracked(base, lambda: (write(t, new), bump(base)), live=through_data(t))
+        _untracked(base, lambda: (write(t, new), bump(base, not through_data(t))), live=through_data(t))
         if owns:
             t._node, t.requires_grad = (new if new._node is not None else new * 1)._node, True
             t._seen = version(base)

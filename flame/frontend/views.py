@@ -39,13 +39,23 @@ def version(base: Tensor) -> int:
     return base._vc[0] + trace.writes.get(id(base), 0)
 
 
-def bump(t: Tensor) -> None:
-    """Count a write into t's storage (its version, shared with its views)."""
+def bump(t: Tensor, counted: bool = True) -> None:
+    """Count a write into t's storage (its version, shared with its views). Not `counted`: a write
+    through `.data`, which torch's version counter does not see; the counter notes the version it made
+    (moved_since tells the others)."""
     trace = current_trace.get()
     if trace is None or t._value is not None:
         t._vc[0] += 1
+        if not counted:
+            t._vc.append(t._vc[0])
     else:
         trace.writes[id(t)] = trace.writes.get(id(t), 0) + 1
+
+
+def moved_since(t: Tensor, ver: int) -> bool:
+    """Whether a write torch's version counter counts changed t's storage since t was at version `ver`
+    (a write through `.data` does not count)."""
+    return any(v not in t._vc[1:] for v in range(ver + 1, t._vc[0] + 1))
 
 
 def link(out: Tensor, src: Tensor, opdef, attrs: dict) -> None:

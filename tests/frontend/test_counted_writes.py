@@ -57,6 +57,7 @@ LOSSES = {
     "y.sin()": lambda lib, x, y: y.sin(),  # sin saves y
     "y * w": lambda lib, x, y: y * lib.tensor([3.0, 4.0, 5.0], dtype=lib.float64, requires_grad=True),
     "y * 3": lambda lib, x, y: y * 3,  # mul by a number saves nothing of y
+    "y * y.detach()": lambda lib, x, y: y * y.detach(),  # mul saves the detached tensor, which shares y's counter
 }
 
 
@@ -102,3 +103,18 @@ def test_ops_recorded_after_the_write_read_the_new_values(make):
     assert (got[0] is None) == (got[1] is None) == (make == "exp")
     if got[0] is not None:
         np.testing.assert_allclose(got[1], got[0], rtol=1e-12)
+
+
+def test_a_data_write_into_a_detached_tensor_is_not_counted():
+    """d = h.detach() shares h's version counter; a write through d.data (or h.data) bumps none, so mul's
+    node, which saved d, reads d's storage as it is at backward, as torch's."""
+    grads = []
+    for lib in (torch, flame):
+        x = lib.tensor([1.0, 2.0, 0.5], dtype=lib.float64, requires_grad=True)
+        h = x * 2
+        d = h.detach()
+        y = h * d
+        d.data.mul_(2)
+        y.sum().backward()
+        grads.append(np.asarray(x.grad.tolist()))
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12)
