@@ -158,6 +158,7 @@ def test_output_slabs_hold_a_share_of_the_device_memory(monkeypatch):
     w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
     x = cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32))
     run([x, w])
+    run([x, w])  # captured: slot 0, dropped at once
     slab = run._slab_size
     total = cupy.cuda.Device().mem_info[1]
     monkeypatch.setattr(cuda_graphs, "OUTPUT_SLAB_BYTES", 2 * slab)
@@ -167,6 +168,7 @@ def test_output_slabs_hold_a_share_of_the_device_memory(monkeypatch):
     assert len({k.data.ptr for k in kept}) == 5
     monkeypatch.setattr(cuda_graphs, "OUTPUT_SLAB_SHARE", 0.0)  # the bytes alone: two slabs
     run2 = _compile(monkeypatch, True)
+    run2([x, w])
     run2([x, w])
     kept2 = [run2([x, w])[0] for _ in range(4)]
     assert len(run2._slabs) == 3 and cuda_graphs._INTERNAL in run2._slabs
