@@ -20,7 +20,7 @@ from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.counted_writes import as_of, refuse, saved_modified_error
-from flame.frontend.data_writes import live_reads
+from flame.frontend.data_writes import follow_writes, live_reads
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.saved import reads, saved_inputs, saves, torch_saved, unpack_saves
@@ -101,6 +101,7 @@ def _rebuild(
     unpacked: dict = {}
     seen: dict = {}  # id(packed) -> its tensors unpacked (a call of a Function: its results share them)
     consts: dict = {}  # id(buffer) -> (its tensor, its input): buffers written through .data the VJPs read
+    now: dict = {}  # id(view) -> its value taken again from a source written through .data (data_writes.py)
     for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
@@ -121,8 +122,9 @@ def _rebuild(
             _read_written_leaves(node, vals[id(t)], g, vals, leaves, unpacked)
         if node.packed:
             _unpack(node, vals[id(t)], g, vals, leaves, unpacked, seen)
+        follow_writes(node, t, inputs, b, vals, leaves, consts, now)
         op = vals[id(t)].producer
-        live = live_reads(op, t, inputs, g, leaves, consts) if op is not None and op.name == node.name else None
+        live = live_reads(op, t, inputs, g, leaves, consts, now) if op is not None and op.name == node.name else None
         if op is not None and op.name == node.name and (runs is None or id(t) in runs):
             refuse(op, node, t, inputs)  # a saved value a counted write changed
         if live:  # what a write through .data changed: the VJP reads the buffer as it is now (data_writes.py)

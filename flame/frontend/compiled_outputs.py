@@ -75,13 +75,13 @@ class Recompute:
 def _gradient_graph(forward: Graph, present: tuple[int, ...], name: str, data_written: tuple = ()
                     ) -> tuple[Graph, list[bool]]:
     g = forward.copy()
-    live = traced_live_reads(g, at_positions(g, data_written))  # (positions taken before cotangent inputs)
+    b = Builder(g, BackwardLoc(""))
+    live = traced_live_reads(g, at_positions(g, data_written), b)  # (positions taken before cotangent inputs)
     g.name, g.aliases, g.groups = name, {}, None
     n = len(g.inputs)
     outs = [g.outputs[k] for k in present]
     cts = [g.add_input(o.type, "data") for o in outs]
     wrt = [v for v in g.inputs[:n] if v.dtype.is_float]
-    b = Builder(g, BackwardLoc(""))
     if len(outs) == 1:
         root, seed = outs[0], cts[0]
     else:  # one scalar whose gradient is every result's cotangent: sum_k <out_k, ct_k>

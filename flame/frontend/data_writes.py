@@ -12,7 +12,9 @@ torch counts, and which keep reading the old values): `.data` links its view wit
 attributes. Eagerly the stand-in is remembered with the buffer that holds its values now (`mark_live`),
 and the rebuilt graph hands those VJPs that buffer as a constant input (`live_reads`); while tracing the
 trace remembers the written value (Trace.data_written) and its backward hands them the tensor's current
-value (`traced_live_reads`)."""
+value (`traced_live_reads`). A view taken before the write shares the storage too, so what a VJP reads of it
+is the view op applied to the written tensor as it is now (`follow_writes` eagerly; traced_live_reads
+follows the graph's view ops)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import types
 from flame._identity import ByIdentity
 from flame.frontend.saved import vjp_reads
 from flame.frontend.tensor import Tensor
+from flame.ir import registry
 from flame.ir.graph import Graph, Value
 
 # the attributes of the stop_gradient link a `.data` tensor is made with (a view of its base's storage):
@@ -45,39 +48,81 @@ def _live(t) -> tuple | None:
     return _LIVE.get(t) if isinstance(t, Tensor) else None
 
 
-def live_reads(op, t: Tensor, inputs: list, g: Graph, leaves: list, consts: dict) -> dict:
+def _shares_storage(name: str) -> bool:
+    """The op makes a view of its first input as torch's (its result shares the input's storage)."""
+    view = registry.get(name).view
+    return view is not None and view.strided is not None
+
+
+def _now(x, g: Graph, leaves: list, consts: dict, now: dict) -> Value | None:
+    """The value tensor x's storage holds now, where a write through .data changed it since x was read
+    (None: no such write): a view's (`now`, follow_writes), or a stand-in's buffer as a constant input."""
+    if not isinstance(x, Tensor):
+        return None
+    if id(x) in now:
+        return now[id(x)]
+    live = _live(x)
+    if live is None:
+        return None
+    data, dtype = live
+    if id(data) not in consts:
+        t = Tensor._concrete(data, dtype)
+        consts[id(data)] = (t, g.add_input(t._type(), "const"))
+        leaves.append(t)
+    return consts[id(data)][1]
+
+
+def follow_writes(node, t: Tensor, inputs: list, b, vals: dict, leaves: list, consts: dict, now: dict) -> None:
+    """Where t is a view whose source's storage a write through .data changed since t's node ran (a leaf
+    the node keeps a stand-in for, its version unchanged: node.olds; or a tensor with a value in `now`):
+    now[id(t)] = t's view op applied to the source as it is now, what a VJP that reads t reads, as torch's
+    saved view shares the storage. b: the rebuilt graph's Builder; vals: its tensors' values."""
+    if t._base is None or not inputs or not isinstance(inputs[0], Tensor) or not _shares_storage(node.name):
+        return
+    src = node.inputs[0]
+    if node.olds and 0 in node.olds and src._version == node.versions[0]:  # a leaf written through .data
+        if id(src) not in vals:  # (a leaf that takes no gradient, which no other op reads)
+            vals[id(src)] = b.graph.add_input(src._type(), "const")
+            leaves.append(src)
+        source = vals[id(src)]
+    else:
+        source = _now(inputs[0], b.graph, leaves, consts, now)
+    if source is not None:
+        rest = [vals[id(x)] if isinstance(x, Tensor) else x for x in inputs[1:]]
+        now[id(t)] = b.emit(node.name, source, *rest, **node.attrs)
+
+
+def live_reads(op, t: Tensor, inputs: list, g: Graph, leaves: list, consts: dict, now: dict) -> dict:
     """For op (the rebuilt graph's op of tensor t's node, reading `inputs`): {position (-1: its result):
-    a constant input holding the current buffer} for each input or result a write through `.data`
-    changed that op's VJP reads. `consts`: buffer id -> its input, shared across one rebuild."""
-    written = [(k, live) for k, x in [*enumerate(inputs), (-1, t)] if (live := _live(x)) is not None]
+    the value as its storage holds it now} for each input or result a write through .data changed that
+    op's VJP reads. `consts`: buffer id -> its input; `now`: follow_writes'; both shared across one
+    rebuild."""
+    written = [(k, x) for k, x in [*enumerate(inputs), (-1, t)]
+               if isinstance(x, Tensor) and (id(x) in now or _live(x) is not None)]
     if not written:  # (vjp_reads runs the VJP: a custom Function's backward is the user's code)
         return {}
     positions, result = vjp_reads(op)
-    sub = {}
-    for k, live in written:
-        if k not in positions and not (k == -1 and result):
-            continue
-        data, dtype = live
-        if id(data) not in consts:
-            now = Tensor._concrete(data, dtype)
-            consts[id(data)] = (now, g.add_input(now._type(), "const"))
-            leaves.append(now)
-        sub[k] = consts[id(data)][1]
-    return sub
+    return {k: _now(x, g, leaves, consts, now) for k, x in written if k in positions or k == -1 and result}
 
 
-def traced_live_reads(g: Graph, written: dict[Value, Value]) -> dict | None:
+def traced_live_reads(g: Graph, written: dict[Value, Value], b=None) -> dict | None:
     """autodiff's `unpacked` for a traced backward: each op that read (or made) a value a write through
-    `.data` replaced (`written`: that value -> the tensor's value now) reads the current value instead."""
+    `.data` replaced (`written`: that value -> the tensor's value now) reads the current value instead;
+    a view of a replaced value (a view op's result, which shares its input's storage) is taken again by
+    b (a Builder of g) from the value now, and the ops that read it read that."""
     if not written:
         return None
+    written = dict(written)
     sub: dict = {}
-    for op in g.ops:
+    for op in list(g.ops):
         for k, x in enumerate(op.inputs):
             if x in written:
                 sub.setdefault(op, {})[k] = written[x]
         if op.out in written:
             sub.setdefault(op, {})[-1] = written[op.out]
+        if b is not None and op.inputs and op.inputs[0] in written and op.out not in written \
+                and _shares_storage(op.name):
+            written[op.out] = b.emit(op.name, written[op.inputs[0]], *op.inputs[1:], **op.attrs)
     return sub
 
 

@@ -416,7 +416,7 @@ class Trace:
         traced backward (backward(), flame.autograd.grad, flame.grad) takes them here, where the VJPs of
         the ops that read or made a value a write through .data replaced read the tensor as it is now
         (data_writes.traced_live_reads), as torch's backward reads the storage."""
-        live = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()})
+        live = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()}, self.builder)
         return autodiff(self.graph, root, wrt, seed, hooks, unpacked=live)
 
     def wrt_value(self, t) -> Value:
