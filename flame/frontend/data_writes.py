@@ -25,6 +25,7 @@ from flame.frontend.saved import vjp_reads
 from flame.frontend.tensor import Tensor
 from flame.ir import registry
 from flame.ir.graph import Graph, Value
+from flame.ir.ops.elementwise import STOP_GRADIENT
 
 # the attributes of the stop_gradient link a `.data` tensor is made with (a view of its base's storage):
 # its identity marks a write through `.data` (the link's op applies no attribute)
@@ -50,6 +51,8 @@ def _live(t) -> tuple | None:
 
 def _shares_storage(name: str) -> bool:
     """The op makes a view of its first input as torch's (its result shares the input's storage)."""
+    if name == STOP_GRADIENT.name:  # what detach() records while tracing
+        return True
     view = registry.get(name).view
     return view is not None and view.strided is not None
 
@@ -108,8 +111,8 @@ def live_reads(op, t: Tensor, inputs: list, g: Graph, leaves: list, consts: dict
 def traced_live_reads(g: Graph, written: dict[Value, Value], b=None) -> dict | None:
     """autodiff's `unpacked` for a traced backward: each op that read (or made) a value a write through
     `.data` replaced (`written`: that value -> the tensor's value now) reads the current value instead;
-    a view of a replaced value (a view op's result, which shares its input's storage) is taken again by
-    b (a Builder of g) from the value now, and the ops that read it read that."""
+    a view of a replaced value (a view op's result, or detach()'s, which shares its input's storage) is
+    taken again by b (a Builder of g) from the value now, and the ops that read it read that."""
     if not written:
         return None
     written = dict(written)

@@ -47,6 +47,7 @@ PROGRAMS = {
     "x * y.unsqueeze(0), data.add_": (_leaf, lambda lib, x, y: x.unsqueeze(0) * y.unsqueeze(0),
                                       lambda y: y.data.add_(1)),
     "x * y.T.T, data[0, 1] = v": (_leaf, lambda lib, x, y: x * y.T.T, lambda y: _set(y.data, -2.0)),
+    "x @ y.detach().T, data.add_": (_leaf, lambda lib, x, y: x @ y.detach().T, lambda y: y.data.add_(1)),
     "h: x @ h.T, data.add_": (_made, lambda lib, x, h: x @ h.T, lambda h: h.data.add_(1)),
     "h: x * h[1], data.mul_": (_made, lambda lib, x, h: x * h[1], lambda h: h.data.mul_(3)),
     "h: F.linear(x, h), data[0, 1] = v": (_made, lambda lib, x, h: _functional(lib).linear(x, h),
