@@ -23,7 +23,7 @@ from flame.frontend.counted_writes import as_of, refuse, saved_modified_error
 from flame.frontend.data_writes import follow_writes, live_reads
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
-from flame.frontend.saved import reads, saved_inputs, saves, torch_saved, unpack_saves
+from flame.frontend.saved import reads, saved_inputs, saved_reads, saves, torch_saved, unpack_saves
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import moved_since, stale
 from flame.ir.builder import Builder
@@ -102,6 +102,7 @@ def _rebuild(
     seen: dict = {}  # id(packed) -> its tensors unpacked (a call of a Function: its results share them)
     consts: dict = {}  # id(buffer) -> (its tensor, its input): buffers written through .data the VJPs read
     now: dict = {}  # id(view) -> its value taken again from a source written through .data (data_writes.py)
+    newer: set = set()  # ids of the tensors recomputed here from a leaf a .data write changed since (_recomputed)
     for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
@@ -127,12 +128,33 @@ def _rebuild(
         live = live_reads(op, t, inputs, g, leaves, consts, now) if op is not None and op.name == node.name else None
         if op is not None and op.name == node.name and (runs is None or id(t) in runs):
             refuse(op, node, t, inputs)  # a saved value a counted write changed
+            _recomputed(op, node, t, inputs, newer)
         if live:  # what a write through .data changed: the VJP reads the buffer as it is now (data_writes.py)
             unpacked[op] = {**live, **unpacked.get(op, {})}
         if cut is not None and id(t) in cut:
             cut[id(t)] = vals[id(t)]
             vals[id(t)] = b.emit("stop_gradient", vals[id(t)])
     return g, vals, leaves, nodes, unpacked
+
+
+def _recomputed(op, node, t: Tensor, inputs: list, newer: set) -> None:
+    """Note t in `newer` where its value here is computed from a leaf whose storage a write through .data
+    changed since t's node read it (its version moved by such writes alone, which torch does not count),
+    or from a tensor in `newer`; raise where op's VJP reads such a value other than the leaf itself: torch's
+    node saved it as it was, flame's backward would read it computed from the new values."""
+    fresh = any(isinstance(x, Tensor) and x is orig and ver is not None and x._node is None and x._version != ver
+                for x, orig, ver in zip(inputs, node.inputs, node.versions))
+    later = [k for k, x in enumerate(inputs) if isinstance(x, Tensor) and id(x) in newer]
+    if not fresh and not later:
+        return
+    newer.add(id(t))
+    positions, reads_result = saved_reads(op, tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs))
+    if any(k in positions for k in later) or reads_result:
+        raise AutogradError(
+            f"backward: {node.name} saved a value computed from a tensor whose storage a write through .data "
+            f"changed after it was read (a detach() or another alias of the written tensor); torch's backward "
+            f"reads that value as it was, flame's would compute it again from the new values. Run the "
+            f"backward before the write, or write after it\n  at {node.loc}")
 
 
 def _read_written_leaves(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict) -> None:

@@ -118,3 +118,39 @@ def test_a_data_write_into_a_detached_tensor_is_not_counted():
         y.sum().backward()
         grads.append(np.asarray(x.grad.tolist()))
     np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12)
+
+
+def test_a_value_computed_from_a_detached_alias_written_through_data_is_refused_not_recomputed():
+    """h.detach() read by mul, h written through .data, and a VJP (out * out's) that reads a value computed
+    from the detached tensor: torch reads that value as it was; flame's backward would compute it again
+    from the new storage, so it raises a flame error naming the line (eager). The compiled body gives
+    torch's gradient; where no VJP reads such a value (a linear loss), eager gives torch's gradient too."""
+
+    def program(lib, nonlinear):
+        x = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        y = lib.tensor([0.5, -1.0, 2.0], dtype=lib.float64, requires_grad=True)
+
+        def body(x, y):
+            h = y * 1.5
+            out = x * h * h.detach()
+            loss = out.sum() + (out * out).sum() if nonlinear else out.sum()
+            h.data.mul_(2)
+            loss.backward()
+            return loss
+
+        return x, y, body
+
+    for nonlinear in (False, True):
+        x, y, body = program(torch, nonlinear)
+        body(x, y)
+        want = x.grad.numpy()
+        fx, fy, fbody = program(flame, nonlinear)
+        flame.compile(fbody)(fx, fy)
+        np.testing.assert_allclose(fx.grad.numpy(), want, rtol=1e-12)
+        fx, fy, fbody = program(flame, nonlinear)
+        if nonlinear:
+            with pytest.raises(flame.errors.AutogradError, match="write through .data changed after it was read"):
+                fbody(fx, fy)
+        else:
+            fbody(fx, fy)
+            np.testing.assert_allclose(fx.grad.numpy(), want, rtol=1e-12)
