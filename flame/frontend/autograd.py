@@ -102,7 +102,7 @@ def _rebuild(
     seen: dict = {}  # id(packed) -> its tensors unpacked (a call of a Function: its results share them)
     consts: dict = {}  # id(buffer) -> (its tensor, its input): buffers written through .data the VJPs read
     now: dict = {}  # id(view) -> its value taken again from a source written through .data (data_writes.py)
-    newer: set = set()  # ids of the tensors recomputed here from a leaf a .data write changed since (_recomputed)
+    newer: set = set()  # ids of the tensors recomputed here from a leaf a .data write changed since (_note_recomputed)
     for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
@@ -113,10 +113,13 @@ def _rebuild(
             raise freed_graph_error(node.name, node.loc)
         nodes.append(node)
         inputs = _inputs(node)
+        fresh = False  # a leaf read as it is now, changed since by writes through .data (_note_recomputed)
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
             # its history is the same; only a leaf's values can have changed under it
-            if x is orig and isinstance(x, Tensor) and ver is not None and x._node is None and moved_since(x, ver):
-                raise saved_modified_error(node.name, node.loc)
+            if x is orig and isinstance(x, Tensor) and ver is not None and x._node is None and x._version != ver:
+                if moved_since(x, ver):
+                    raise saved_modified_error(node.name, node.loc)
+                fresh = True
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
         if node.olds:
@@ -128,7 +131,7 @@ def _rebuild(
         live = live_reads(op, t, inputs, g, leaves, consts, now) if op is not None and op.name == node.name else None
         if op is not None and op.name == node.name and (runs is None or id(t) in runs):
             refuse(op, node, t, inputs)  # a saved value a counted write changed
-            _recomputed(op, node, t, inputs, newer)
+            _note_recomputed(op, node, t, inputs, fresh, newer)
         if live:  # what a write through .data changed: the VJP reads the buffer as it is now (data_writes.py)
             unpacked[op] = {**live, **unpacked.get(op, {})}
         if cut is not None and id(t) in cut:
@@ -137,13 +140,11 @@ def _rebuild(
     return g, vals, leaves, nodes, unpacked
 
 
-def _recomputed(op, node, t: Tensor, inputs: list, newer: set) -> None:
+def _note_recomputed(op, node, t: Tensor, inputs: list, fresh: bool, newer: set) -> None:
     """Note t in `newer` where its value here is computed from a leaf whose storage a write through .data
-    changed since t's node read it (its version moved by such writes alone, which torch does not count),
-    or from a tensor in `newer`; raise where op's VJP reads such a value other than the leaf itself: torch's
-    node saved it as it was, flame's backward would read it computed from the new values."""
-    fresh = any(isinstance(x, Tensor) and x is orig and ver is not None and x._node is None and x._version != ver
-                for x, orig, ver in zip(inputs, node.inputs, node.versions))
+    changed since t's node read it (`fresh`: its version moved by such writes alone, which torch does not
+    count), or from a tensor in `newer`; raise where op's VJP reads such a value other than the leaf itself:
+    torch's node saved it as it was, flame's backward would read it computed from the new values."""
     later = [k for k, x in enumerate(inputs) if isinstance(x, Tensor) and id(x) in newer]
     if not fresh and not later:
         return
@@ -493,7 +494,6 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
                 f"grad: the function must return a scalar Tensor, got {getattr(out, 'shape', type(out).__name__)}"
             )
         ws = [trace.value_of(args[i]) for i in nums]
-        trace.refuse_counted(trace.value_of(out), ws)
         trace.builder.loc = user_location()
         gvals = trace.gradients(trace.value_of(out), ws, hooks=trace._grad_hooks([args[i] for i in nums]))
         grads = tuple(

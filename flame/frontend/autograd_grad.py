@@ -120,7 +120,6 @@ def grad(
     if trace is not None:
         root = _root(outs, seeds, "grad", create_graph)
         ws = [trace.wrt_value(t) for t in ins]
-        trace.refuse_counted(trace.value_of(root), ws)
         trace.builder.loc = user_location()
         hooks = trace._grad_hooks(list(ins))  # the tensors' hooks and retain_grad(), as eagerly
         gvals = trace.gradients(trace.value_of(root), ws, hooks=hooks)

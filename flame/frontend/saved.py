@@ -85,13 +85,13 @@ def _reads_of(name: str, attrs: dict, types: tuple, needs: tuple | None = None) 
 
 def saved_inputs(op: Op, needs: tuple) -> frozenset:
     """The positions of the inputs op's VJP reads itself (its reading the result aside), the gradients
-    of the inputs at `needs` (True/False each) asked for: the inputs torch's node saves."""
+    of the inputs at `needs` (True/False each) asked for (what torch's node saves: torch_saved)."""
     return saved_reads(op, needs)[0]
 
 
 def saved_reads(op: Op, needs: tuple) -> tuple[frozenset, bool]:
     """(saved_inputs, whether op's VJP reads its result), the gradients of the inputs at `needs` asked
-    for: what torch's node saves."""
+    for: what flame's VJP reads (torch's node may save otherwise: torch_saved)."""
     return _reads_of(op.name, op.attrs, tuple(x.type for x in op.inputs), needs)
 
 

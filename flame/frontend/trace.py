@@ -394,10 +394,9 @@ class Trace:
         again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
         if again is not None:
             raise freed_graph_error(again.name, again.loc)
-        self._refuse_counted(used, carries)
         self.builder.loc = user_location()
         start = len(self.graph.ops)
-        grads = self.gradients(self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves))
+        grads = self.gradients(self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves), (used, carries))
         if not retain_graph:
             read = reads(self.graph.ops[start:])
             self.freed |= {op for op in used if saves(op, read)}
@@ -411,11 +410,18 @@ class Trace:
                     accumulate_and_notify(t, Tensor._traced(gv, self))
         run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
 
-    def gradients(self, root: Value, wrt: list[Value], seed: Value | None = None, hooks=()) -> list:
+    def gradients(self, root: Value, wrt: list[Value], seed: Value | None = None, hooks=(), ops=None) -> list:
         """The gradients of root with respect to wrt, appended to the graph (passes/autodiff.py): every
-        traced backward (backward(), flame.autograd.grad, flame.grad) takes them here, where the VJPs of
-        the ops that read or made a value a write through .data replaced read the tensor as it is now
-        (data_writes.traced_live_reads), as torch's backward reads the storage."""
+        traced backward (backward(), flame.autograd.grad, flame.grad) takes them here. torch's error first
+        where the backward runs an op that saved a value a counted write replaced since (counted_writes.py;
+        `ops`: _backward_ops(root, wrt) where the caller has them). The VJPs of the ops that read or made a
+        value a write through .data replaced read the tensor as it is now (data_writes.traced_live_reads),
+        as torch's backward reads the storage."""
+        if self.counted:
+            used, carries = ops or self._backward_ops(root, wrt)
+            found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves, self.checkpoint_args)
+            if found is not None:
+                raise saved_modified_error(*found)
         live = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()}, self.builder)
         return autodiff(self.graph, root, wrt, seed, hooks, unpacked=live)
 
@@ -453,17 +459,6 @@ class Trace:
                   if t.requires_grad and t.dtype.is_float and key not in self.written_args]
         made = [t for t in self.made_leaves.values() if t.requires_grad and t.dtype.is_float]
         return leaves + made, [_written_leaf(self.value_of(t)) for t in leaves] + [t._value for t in made]
-
-    def refuse_counted(self, root: Value, leaves: list[Value]) -> None:
-        """torch's error where a backward from root to leaves runs an op that saved a value a counted
-        write replaced since (counted_writes.py)."""
-        self._refuse_counted(*self._backward_ops(root, leaves))
-
-    def _refuse_counted(self, used: set, carries: set) -> None:
-        found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves,
-                        self.checkpoint_args)
-        if found is not None:
-            raise saved_modified_error(*found)
 
     def refused_by_outputs(self, outputs: list[Value], needs: tuple[int, ...]) -> tuple:
         """(index, op name, its location) for each output at `needs` a backward from which (outside the
