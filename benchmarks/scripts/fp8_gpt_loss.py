@@ -3,8 +3,11 @@ the same number of steps on the same batches (the data order, initialisation and
 are shared; only the precision differs), on several data orders: the spread of the bf16 runs over the
 orders is the noise floor any difference is judged against.
 
-    PYTHONPATH=. python3 -m benchmarks.scripts.fp8_gpt_loss [--steps 1200] [--orders 3] [--config tiny|small]
+    PYTHONPATH=. python3 -m benchmarks.scripts.fp8_gpt_loss [--steps N] [--orders 3] [--config tiny|small|full]
         [--device D]
+
+--config full is the example's own model and schedule (d 384, 6 layers, T 256, batch 64, 2000 steps):
+for a GPU. --steps defaults to 2000 there and to 1200 for the small configurations.
 
 FP8 runs flame.autocast(dtype=Float8Recipe(scaling=...)): every Linear's GEMMs in FP8 (e4m3 forward,
 e5m2 gradients), the rest (attention, the tied head, norms) in bf16, f32 master weights. On the
@@ -32,7 +35,7 @@ import numpy as np
 import flame
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from train_gpt import GPT, TINY, batch, encode, stdlib_text  # noqa: E402
+from train_gpt import FULL, GPT, TINY, batch, encode, stdlib_text  # noqa: E402
 
 SMALL = {**TINY, "d": 64, "layers": 2, "heads": 4, "T": 64, "batch": 16, "lr": 3e-3, "chars": 200_000}
 
@@ -74,14 +77,16 @@ def train(cfg: dict, steps: int, recipe, data_seed: int, val_batches: int = 8) -
 def main(argv: list[str] | None = None) -> int:
     """Run bf16 and FP8 (current and delayed scaling) on each data order; print the losses and means."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--steps", type=int, default=None, help="default: 2000 for --config full, else 1200")
     ap.add_argument("--orders", type=int, default=3, help="data orders each precision trains on")
-    ap.add_argument("--config", choices=("tiny", "small"), default="tiny")
+    ap.add_argument("--config", choices=("tiny", "small", "full"), default="tiny")
     ap.add_argument("--device", default=None)
     a = ap.parse_args(argv)
     if a.device:
         flame.set_device(a.device)
-    cfg = dict(TINY if a.config == "tiny" else SMALL)
+    cfg = dict({"tiny": TINY, "small": SMALL, "full": FULL}[a.config])
+    if a.steps is None:
+        a.steps = FULL["steps"] if a.config == "full" else 1200
     runs = {
         "bf16": None,
         "fp8 current": flame.amp.Float8Recipe(),
