@@ -77,6 +77,7 @@ MATH = {
     "clamp_min": lambda lib, x: x.clamp(min=0.2),
     "sinh": lambda lib, x: x.sinh(),
     "cosh": lambda lib, x: x.cosh(),
+    "tan": lambda lib, x: (x.tanh() * 1.2).tan(),  # inside (-1.2, 1.2), away from the poles at +-pi/2
     "logit": lambda lib, x: (x.sigmoid() * 0.9 + 0.05).logit(),
     "sinc": lambda lib, x: x.sinc(),
 }
