@@ -281,8 +281,9 @@ def setitem(t, key, value) -> None:
         if fill:  # torch's copy_ of the number: refused where the named elements share memory, as any copy_
             check_writable(sub, "x[key] = value", fill=False)
             sub.fill_(value)
-        elif not same_data(sub, _without_leading_ones(value).broadcast_to(sub.shape)):  # torch's copy_to
-            sub.copy_(value)  # (its copy_ of a tensor onto its own memory writes nothing, and checks nothing)
+        else:  # torch's copy_to: its copy_ of a tensor onto its own memory writes nothing (Tensor.copy_ says
+            own = _without_leading_ones(value).broadcast_to(sub.shape)  # what it checks), of another refuses it
+            sub.copy_(own if same_data(sub, own) else value)
         return
     if not fill and overlap_status(t, value) != "no":
         _check_shared_value(t, key, keys, _without_leading_ones(value))

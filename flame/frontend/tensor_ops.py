@@ -373,8 +373,12 @@ class TensorOps:
         """self's elements set to other's (broadcast, converted to self's dtype), as torch's copy_
         (non_blocking changes nothing: flame's copies are ordered on the executor's stream). A tensor copied
         onto its own memory (the same elements, shape and strides: an expanded view onto itself) is left as
-        it is, as torch's copy_ leaves it, with no check."""
+        it is, as torch's copy_ leaves it, with no check; but where the copy records a gradient (self
+        requires grad) into an expanded view, torch's backward refuses it as an overlapping write, and flame
+        refuses it at the write, as it refuses a recorded fill of one (indexing.assign)."""
         if views.same_data(self, other) and not writes_a_leaf(self):  # (torch's leaf check comes first)
+            if grad_enabled.get() and self.requires_grad and views.overlapping(self):
+                raise views.overlap_error("copy_")
             return self
         views.check_overlap(self, (other,), "copy_")
         return self._copy(other)

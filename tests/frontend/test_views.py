@@ -224,6 +224,43 @@ def test_copying_an_expanded_view_onto_itself_writes_nothing_as_torch(compiled):
     np.testing.assert_array_equal(got.numpy(), body(torch, torch.tensor(a)).numpy())
 
 
+SELF_COPIES = {
+    "copy_": lambda e: e.copy_(e),
+    "x[:] = x": lambda e: e.__setitem__(slice(None), e),
+    "x[...] = x": lambda e: e.__setitem__(Ellipsis, e),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", SELF_COPIES)
+def test_a_recorded_copy_of_an_expanded_view_onto_itself_is_refused_as_torchs_backward_refuses_it(name, compiled):
+    """Copying an expanded view that requires grad onto itself writes nothing, but torch records the copy and
+    its backward refuses it as an overlapping write; flame refuses it at the write (as a recorded fill),
+    with torch's RuntimeError, where it gave the gradient of no write."""
+
+    def body(m, x):
+        e = (x * 1).expand(3, 4)
+        SELF_COPIES[name](e)
+        (e * m.arange(12.0).reshape(3, 4)).sum().backward()
+        return x.grad
+
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single"):
+        body(torch, torch.arange(4.0, requires_grad=True))
+    run = flame.compile(lambda x: body(flame, x)) if compiled else lambda x: body(flame, x)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single") as e:
+        run(flame.arange(4.0, requires_grad=True))
+    assert "test_views.py" in str(e.value)
+    row = flame.arange(4.0, requires_grad=True)  # a row of it is no overlapping view: written, as torch's
+    e = (row * 1).expand(3, 4)
+    e[0] = e[0]
+    (e * 2).sum().backward()
+    trow = torch.arange(4.0, requires_grad=True)
+    te = (trow * 1).expand(3, 4)
+    te[0] = te[0]
+    (te * 2).sum().backward()
+    np.testing.assert_array_equal(row.grad.numpy(), trow.grad.numpy())
+
+
 FILLS = {
     "fill_": lambda m, e: e.fill_(1.5),
     "zero_": lambda m, e: e.zero_(),
