@@ -1,15 +1,19 @@
 """flame.einsum: PyTorch's einsum (implicit and explicit output, `...`, repeated labels for diagonals,
 dimensions of size 1 broadcasting) as permutes, reshapes, sums and one matmul per pair of operands, so
-a contraction runs as a GEMM (cuBLASLt on the GPU) and its gradient is the matmul's."""
+a contraction runs as a GEMM (cuBLASLt on the GPU) and its gradient is the matmul's. Operands of different
+dtypes follow torch's einsum, which pairs them left to right: a pair that sums a shared dimension (torch's
+bmm) refuses two dtypes, any other pair (torch's mul) promotes them."""
 
 from __future__ import annotations
 
 import math
 import string
 
-from flame.errors import ShapeError
+from flame.errors import DTypeError, ShapeError
+from flame.frontend.autocast import is_autocast_enabled
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
+from flame.frontend.norms import torch_dtype_name
 from flame.ir.dtypes import promote
 
 _LETTERS = set(string.ascii_letters)
@@ -81,6 +85,22 @@ def _contract(a, la: list[str], b, lb: list[str], keep: set[str], sizes: dict[st
     return out.reshape(*bs, *[sizes[c] for c in left + right]), batch + left + right
 
 
+def _paired(a, la: list[str], b, lb: list[str], keep: set[str], empty: bool):
+    """a and b in one dtype, as torch's einsum pairs them: where the pair sums a dimension both hold with more
+    than one element (torch's bmm), two dtypes raise torch's error (unless an operand has no element,
+    which torch answers with zeros first, or autocast casts the GEMM's operands); otherwise (torch's mul)
+    they are promoted."""
+    if a.dtype == b.dtype:
+        return a, b
+    summed = any(c in lb and c not in keep and a.shape[i] != 1 and b.shape[lb.index(c)] != 1
+                 for i, c in enumerate(la))
+    if summed and not empty and not is_autocast_enabled():
+        raise DTypeError(f"einsum: expected scalar type {torch_dtype_name(a.dtype)} but found "
+                         f"{torch_dtype_name(b.dtype)}\n  at {user_location()}")
+    dt = promote(a.dtype, b.dtype)
+    return a.to(dt), b.to(dt)
+
+
 def einsum(equation: str, *operands):
     """Sum of products over the labelled dimensions (torch.einsum), e.g. einsum("bij,bjk->bik", a, b)."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
@@ -92,9 +112,7 @@ def einsum(equation: str, *operands):
         _fail(f"{equation!r} has {len(terms)} operand terms but {len(operands)} operands were given")
     ell_rank = max((x.ndim - len(t.replace("...", "")) for t, x in zip(terms, operands) if "..." in t), default=0)
     ell = [chr(0x100 + i) for i in range(ell_rank)]  # private labels for the '...' dimensions
-    dt = operands[0].dtype
-    for x in operands[1:]:
-        dt = promote(dt, x.dtype)
+    empty = any(x.numel() == 0 for x in operands)
     xs, labels, sizes, uses = [], [], {}, {}
     for t, x in zip(terms, operands):
         lab = _parse_term(t, x.ndim, ell)
@@ -104,7 +122,7 @@ def einsum(equation: str, *operands):
             if sizes.get(c, 1) != 1 and n not in (1, sizes[c]):
                 _fail(f"label {c!r} has sizes {sizes[c]} and {n} (they must match or be 1)")
             sizes[c] = n if sizes.get(c, 1) == 1 else sizes[c]
-        x, lab = _diagonal(x.to(dt), lab)
+        x, lab = _diagonal(x, lab)
         xs.append(x)
         labels.append(lab)
     if arrow:
@@ -122,7 +140,8 @@ def einsum(equation: str, *operands):
     x, lab = xs[0], labels[0]
     for j in range(1, len(xs)):
         keep = set(out).union(*labels[j + 1:])
-        x, lab = _contract(x, lab, xs[j], labels[j], keep, sizes)
+        x, xj = _paired(x, lab, xs[j], labels[j], keep, empty)
+        x, lab = _contract(x, lab, xj, labels[j], keep, sizes)
     x, lab = _sum_labels(x, lab, set(lab) - set(out))
     x = x.permute(*[lab.index(c) for c in out]) if lab != out else x
     return x.broadcast_to(*[sizes[c] for c in out])

@@ -345,6 +345,50 @@ def test_einsum_integers_and_errors():
         flame.einsum("ij,jk->ik", flame.ones(2, 3), flame.ones(4, 4))
 
 
+MIXED_EINSUMS = [  # torch pairs the operands left to right: a pair that sums a dim is a bmm, any other a mul
+    ("ij,jk->ik", [((2, 3), "float32"), ((3, 2), "float64")]),
+    ("ij,jk->ik", [((2, 3), "float64"), ((3, 2), "float32")]),
+    ("ij,jk->ik", [((2, 3), "bfloat16"), ((3, 2), "float32")]),
+    ("ij,jk->ik", [((2, 3), "float32"), ((3, 2), "int64")]),
+    ("ij,jk->ik", [((2, 3), "int64"), ((3, 2), "float32")]),
+    ("i,i->", [((3,), "int32"), ((3,), "int64")]),
+    ("ij,ij->i", [((2, 3), "float32"), ((2, 3), "float64")]),
+    ("ij,ij->i", [((2, 3), "float32"), ((2, 1), "float64")]),  # a dim of one element: no sum in the pair
+    ("ij,jk->ik", [((2, 1), "float32"), ((1, 3), "float64")]),
+    ("ij,jk->ik", [((0, 2), "float32"), ((2, 3), "float64")]),  # an operand with no element: zeros, promoted
+    ("ij,jk,kl->il", [((2, 3), "float32"), ((3, 2), "float32"), ((2, 2), "float64")]),
+    ("ij,jk,kl->il", [((2, 3), "float64"), ((3, 2), "float32"), ((2, 2), "float32")]),
+    ("i,i,i->i", [((3,), "float32"), ((3,), "float16"), ((3,), "float64")]),
+    ("ij,kl->", [((2, 3), "float32"), ((3, 2), "float64")]),
+    ("i,j->ij", [((3,), "int32"), ((2,), "float32")]),
+    ("ii,i->", [((2, 2), "float32"), ((2,), "float64")]),
+    ("bij,bjk->bik", [((2, 2, 3), "float32"), ((2, 3, 2), "float64")]),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("eq,operands", MIXED_EINSUMS,
+                         ids=[f"{e}-{'-'.join(d for _, d in o)}" for e, o in MIXED_EINSUMS])
+def test_einsum_of_operands_of_different_dtypes_is_torchs(eq, operands, mode):
+    """torch's einsum promotes a pair of dtypes it multiplies and refuses one it contracts (its bmm's
+    RuntimeError 'expected scalar type Float but found Double'): flame's value and dtype, or its error,
+    are torch's, eagerly and compiled."""
+    arrays = [(np.arange(int(np.prod(s))).reshape(s) % 5 - 2) for s, _ in operands]
+    theirs = [torch.tensor(a).to(getattr(torch, d)) for a, (_, d) in zip(arrays, operands)]
+    mine = [flame.tensor(a).to(getattr(flame, d)) for a, (_, d) in zip(arrays, operands)]
+    run = (lambda *ts: flame.einsum(eq, *ts)) if mode == "eager" else flame.compile(lambda *ts: flame.einsum(eq, *ts))
+    try:
+        want = torch.einsum(eq, *theirs)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match=str(e)) as got:
+            run(*mine)
+        assert "test_everyday_ops.py" in str(got.value)
+        return
+    got = run(*mine)
+    assert got.dtype == getattr(flame, str(want.dtype).removeprefix("torch."))
+    np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_norms(mode):
     x = randn(3, 4)
