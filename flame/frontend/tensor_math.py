@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
-from flame.frontend import covariance, functional, more_math, opmath, special_math, views
+from flame.frontend import covariance, functional, more_math, opmath, special_math
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
@@ -524,26 +524,15 @@ class TensorMath:
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
         """The diagonal of the (dim1, dim2) planes (above it for offset > 0, below for offset < 0) as
-        the last dim, as torch.diagonal."""
+        the last dim, as torch.diagonal: a view, with torch's stride() and storage_offset()."""
         a, b = dim_index("diagonal", dim1, self.ndim), dim_index("diagonal", dim2, self.ndim)
+        offset = int_arg(offset)
+        if not isinstance(offset, (int, np.integer)) or isinstance(offset, (bool, np.bool_)):
+            raise ArgumentTypeError(f"diagonal(): argument 'offset' must be int, not {type(offset).__name__}\n"
+                                    f"  at {user_location()}")
         if a == b:
-            raise ValueError(f"diagonal: dim1 and dim2 are both {dim1}")
-        strides = self.stride()
-        if strides[a] < strides[b]:  # the same elements in the same order: a transposed plane stays a view
-            a, b, offset = b, a, -offset
-        x = self.movedim((a, b), (-2, -1))
-        rows, cols = x.shape[-2:]
-        first_row, first_col = (0, min(offset, cols)) if offset >= 0 else (min(-offset, rows), 0)
-        n = max(0, min(rows - first_row, cols - first_col))
-        flat = x.reshape(*x.shape[:-2], rows * cols)
-        if n == 0:
-            return flat[..., :0]
-        # element i at (first_row + i, first_col + i): a strided slice of the plane laid out flat, so a
-        # view of self (as torch's) wherever the plane's elements are contiguous; elsewhere a copy, into
-        # which a write (that would not reach self) raises
-        start = first_row * cols + first_col
-        out = flat[..., start : start + (n - 1) * (cols + 1) + 1 : cols + 1]
-        return views.mark_strided_copy(out, "diagonal") if flat._base is None and flat.numel() > 1 else out
+            raise ShapeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}\n  at {user_location()}")
+        return apply("diagonal", self, offset=int(offset), axis1=a, axis2=b)
 
     def diag(self, diagonal: int = 0):
         """A 1-D tensor's matrix with it on a diagonal, or a matrix's diagonal, as torch.diag."""

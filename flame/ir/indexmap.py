@@ -230,6 +230,14 @@ def as_strided_map(op: Op) -> IndexMap:
     return IndexMap((tuple(op.attrs["stride"]),), (op.attrs["offset"],), len(op.attrs["size"]))
 
 
+def diagonal_map(op: Op) -> IndexMap:
+    """diagonal: out[..., i] reads in at i + max(-offset, 0) on axis1, i + max(offset, 0) on axis2."""
+    n, a, b, k = op.out.type.rank, op.attrs["axis1"], op.attrs["axis2"], op.attrs["offset"]
+    rest = [d for d in range(n + 1) if d not in (a, b)]
+    picks = {d: (rest.index(d), 0) for d in rest} | {a: (n - 1, max(-k, 0)), b: (n - 1, max(k, 0))}
+    return IndexMap(tuple(_unit(n, picks[d][0]) for d in range(n + 1)), tuple(picks[d][1] for d in range(n + 1)), n)
+
+
 def flip_map(op: Op) -> IndexMap:
     shape = op.out.shape
     if not shape:

@@ -129,6 +129,9 @@ def _movement(b, g, dt, name):
         b.concat(x, b.slice(x, starts=(0, 0), stops=(6, 2), steps=(1, 1)), x, axis=1)
     elif name == "flip":
         b.flip(z, axes=(0, 2))
+    elif name == "diagonal":
+        b.diagonal(z, offset=1, axis1=2, axis2=0)
+        b.diagonal(x, offset=-2, axis1=0, axis2=1)
     elif name == "as_strided":
         flat = b.reshape(z, shape=(24,))
         b.as_strided(flat, size=(5, 4), stride=(3, 1), offset=2)  # overlapping windows

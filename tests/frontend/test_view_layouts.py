@@ -1,7 +1,8 @@
 """stride(), storage_offset() and is_contiguous() of views as torch's, dims of size 1 and tensors with no
 element included, where the elements alone leave the layout open and each torch op keeps its own rule
 (unsqueeze's new dim strides over the next dim, expand and select keep a size-1 dim's stride, an empty
-slice starts at its start, a tensor with no element has contiguous strides); eagerly and inside
+slice starts at its start, a tensor with no element has contiguous strides); diagonal's of any plane
+(its dim strides over both, an empty one starts at the input's first element); eagerly and inside
 @flame.compile."""
 
 import math
@@ -106,3 +107,46 @@ def test_an_empty_slice_starts_where_torchs_does_and_its_data_ptr_is_0():
         v, tv = x[key], tx[key]
         assert (v.storage_offset(), v.data_ptr()) == (tv.storage_offset(), tv.data_ptr()) != (0, 0)
     assert flame.zeros(3, 0).data_ptr() == torch.zeros(3, 0).data_ptr() == 0
+
+
+DIAGONAL_BASES = {  # (the shape of the tensor made, the view of it whose diagonal is taken)
+    "matrix": ((3, 4), lambda t: t),
+    "transposed": ((3, 4), lambda t: t.t()),
+    "3-d": ((3, 4, 5), lambda t: t),
+    "permuted": ((3, 4, 5), lambda t: t.permute(2, 0, 1)),
+    "sliced": ((3, 4, 5), lambda t: t[1:, ::2]),
+    "expanded": ((4,), lambda t: t.expand(3, 4)),
+    "no element": ((0, 3), lambda t: t),
+}
+DIAGONALS = [(0, 0, 1), (1, 0, 1), (-2, 0, 1), (2, 1, 0), (0, -1, 0), (1, 0, -1), (-1, 2, 0), (5, 0, 1), (-7, 1, 0)]
+
+
+def _diagonal_cases():
+    for base, (shape, view) in DIAGONAL_BASES.items():
+        rank = view(_base(torch, shape)).dim()
+        for spec in DIAGONALS:
+            if -rank <= min(spec[1:]) and max(spec[1:]) < rank:
+                yield pytest.param(base, spec, id=f"{base}-{spec}")
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize(("base", "spec"), list(_diagonal_cases()))
+def test_layout_of_a_diagonal_is_torchs(base, spec, compiled):
+    """A diagonal of any plane is a view with torch's strides and offset (flame's was a copy, contiguous,
+    where the plane's two dims were not neighbours, and an empty one had the stride 1)."""
+    shape, view = DIAGONAL_BASES[base]
+    want = _layout(view(_base(torch, shape)).diagonal(*spec))
+    if not compiled:
+        assert _layout(view(_base(flame, shape)).diagonal(*spec)) == want
+        return
+    seen = {}
+
+    @flame.compile
+    def f(x):
+        v = view(x).diagonal(*spec)
+        seen["traced"] = _layout(v)
+        return v * 1
+
+    got = f(_base(flame, shape))
+    assert seen["traced"] == want
+    np.testing.assert_array_equal(got.numpy(), view(_base(torch, shape)).diagonal(*spec).numpy())

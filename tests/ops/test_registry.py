@@ -567,6 +567,21 @@ def _slice_oracle(x, starts, stops, steps):
     return x[tuple(slice(a, z, s) for a, z, s in zip(starts, stops, steps))]
 
 
+def _diagonal_oracle(x, offset, axis1, axis2):
+    """Element i of each (axis1, axis2) plane at (i + max(-offset, 0), i + max(offset, 0)), read one by one."""
+    rest = [d for d in range(x.ndim) if d not in (axis1, axis2)]
+    r0, c0 = max(-offset, 0), max(offset, 0)
+    n = max(0, min(x.shape[axis1] - r0, x.shape[axis2] - c0))
+    out = np.empty([x.shape[d] for d in rest] + [n], x.dtype)
+    for idx in np.ndindex(*out.shape):
+        at = [0] * x.ndim
+        for d, c in zip(rest, idx):
+            at[d] = c
+        at[axis1], at[axis2] = idx[-1] + r0, idx[-1] + c0
+        out[idx] = x[tuple(at)]
+    return out
+
+
 def _tri_oracle(upper):
     def oracle(x, k):
         i = np.arange(x.shape[-2])[:, None]
@@ -899,6 +914,13 @@ RECIPES: dict[str, Recipe] = {
                          lambda x, size, stride, offset: np.array(
                              [x[offset + sum(c * s for c, s in zip(i, stride))] for i in np.ndindex(*size)],
                              x.dtype).reshape(size), ALL),
+    "diagonal": Recipe(_movement([((3, 4), {"offset": 0, "axis1": 0, "axis2": 1}),
+                                  ((3, 4), {"offset": 2, "axis1": 1, "axis2": 0}),
+                                  ((2, 3, 4), {"offset": -1, "axis1": 2, "axis2": 0}),
+                                  ((2, 3, 4), {"offset": 1, "axis1": 0, "axis2": 1}),
+                                  ((3, 4), {"offset": 5, "axis1": 0, "axis2": 1}),
+                                  ((0, 3), {"offset": 0, "axis1": 1, "axis2": 0})]),
+                       _diagonal_oracle, ALL),
     "flip": Recipe(_movement([((3, 4), {"axes": [0]}), ((3, 4), {"axes": [0, 1]}), ((3, 4), {"axes": [-1]}),
                               ((0, 2), {"axes": [1]})]),
                    lambda x, axes: x[tuple(slice(None, None, -1) if i in [a % x.ndim for a in axes] else slice(None)

@@ -219,6 +219,7 @@ def _movement(rng, dt):
         "flip": [([x], {"axes": [0, 2]})],
         "as_strided": [([arr(rng, (24,), dt)], {"size": [5, 4], "stride": [3, 1], "offset": 2}),
                        ([arr(rng, (24,), dt)], {"size": [3, 2, 2], "stride": [0, 8, 2], "offset": 1})],
+        "diagonal": [([x], {"offset": 1, "axis1": 2, "axis2": 0}), ([x], {"offset": -1, "axis1": 1, "axis2": 2})],
         "squeeze": [([arr(rng, (3, 1, 5), dt)], {"axes": [1]})],
         "unsqueeze": [([x], {"axes": [0, 3]})],
         "pad": [([x], {"pads": [[1, 0], [0, 2], [1, 1]], "value": 1})],
@@ -275,8 +276,8 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
 }
 for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
     TABLE[_cmp] = (ALL, _binary(_quarters))
-for _mv in ("reshape", "broadcast_to", "permute", "slice", "concat", "flip", "as_strided", "squeeze", "unsqueeze",
-            "pad", "triu", "tril"):
+for _mv in ("reshape", "broadcast_to", "permute", "slice", "concat", "flip", "as_strided", "diagonal", "squeeze",
+            "unsqueeze", "pad", "triu", "tril"):
     TABLE[_mv] = (ALL, lambda rng, dt, _mv=_mv: _movement(rng, dt)[_mv])
 TABLE["full"] = (ALL, lambda rng, dt: [([], {"shape": [3, 5], "value": 1, "dtype": dt}),
                                        ([], {"shape": [], "value": 0, "dtype": dt})])

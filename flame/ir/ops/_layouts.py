@@ -88,3 +88,12 @@ def as_strided_layout(shape, strides, out, /, size, stride, offset) -> tuple[int
     """The given strides and offset, in elements of the flat input."""
     step = strides[0] if strides else 1
     return offset * step, [s * step for s in stride]
+
+
+def diagonal_layout(shape, strides, out, /, offset, axis1, axis2) -> tuple[int, list[int]]:
+    """The other dims keep their strides; the diagonal's dim strides over both planes' (the sum of
+    axis1's and axis2's); its first element is offset along axis2 (axis1 for a negative offset) only where
+    the diagonal has an element (PyTorch's diagonal: an empty one starts at the input's first)."""
+    kept = [s for d, s in enumerate(strides) if d not in (axis1, axis2)]
+    moved = 0 if out[-1] == 0 else offset * strides[axis2] if offset >= 0 else -offset * strides[axis1]
+    return moved, kept + [strides[axis1] + strides[axis2]]

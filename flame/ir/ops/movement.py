@@ -13,6 +13,7 @@ from flame.ir.indexmap import (
     as_strided_map,
     broadcast_map,
     concat_pieces,
+    diagonal_map,
     flip_map,
     pad_pieces,
     permute_map,
@@ -21,6 +22,7 @@ from flame.ir.indexmap import (
 )
 from flame.ir.ops._layouts import (
     as_strided_layout,
+    diagonal_layout,
     expand_layout,
     permute_layout,
     reshape_layout,
@@ -143,6 +145,43 @@ SLICE = register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref,
                        {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp,
                        view=View(slice_map, strided=lambda x, out, **attrs: _slice_ref(x, **attrs),
                                  layout=slice_layout)))
+
+
+def _diagonal_infer(types, offset, axis1, axis2):
+    (t,) = types
+    if not (0 <= axis1 < t.rank and 0 <= axis2 < t.rank and axis1 != axis2):
+        raise ShapeError(f"diagonal {t}: axis1 {axis1} and axis2 {axis2} must be two axes of the input")
+    rows, cols = t.shape[axis1], t.shape[axis2]
+    n = max(0, min(rows - max(-offset, 0), cols - max(offset, 0)))
+    return t.with_shape(tuple(s for d, s in enumerate(t.shape) if d not in (axis1, axis2)) + (n,))
+
+
+def _diagonal_view(x, out, offset, axis1, axis2):
+    """The diagonal sharing x's memory (NumPy's is a read-only view, torch's is writable where x is)."""
+    d = x.diagonal(offset, axis1, axis2)
+    if isinstance(d, np.ndarray) and not d.flags.writeable and x.flags.writeable:
+        d.flags.writeable = True
+    return d
+
+
+def _diagonal_vjp(b, g, x, out, offset, axis1, axis2):
+    """g on the diagonal of zeros: each plane laid out flat takes g at start, start + cols + 1, ...
+    (place_strided, as a strided slice's gradient), then the plane's two dims go back to their axes."""
+    if out.shape[-1] == 0:
+        return (b.zeros_like(x),)
+    rank, rows, cols = x.type.rank, x.shape[axis1], x.shape[axis2]
+    rest = [d for d in range(rank) if d not in (axis1, axis2)]
+    flat = place_strided(b, g, rank - 2, max(-offset, 0) * cols + max(offset, 0), cols + 1, rows * cols)
+    planes = b.reshape(flat, shape=[x.shape[d] for d in rest] + [rows, cols])
+    order = rest + [axis1, axis2]
+    perm = [order.index(d) for d in range(rank)]
+    return (planes if perm == list(range(rank)) else b.permute(planes, perm=perm),)
+
+
+DIAGONAL = register(OpDef("diagonal", "movement", 1, _diagonal_infer,
+                          lambda x, offset, axis1, axis2: np.diagonal(x, offset, axis1, axis2).copy(),
+                          {"offset": Attr("int"), "axis1": Attr("int"), "axis2": Attr("int")}, _diagonal_vjp,
+                          view=View(diagonal_map, strided=_diagonal_view, layout=diagonal_layout)))
 
 
 def _as_strided_infer(types, size, stride, offset):
