@@ -88,6 +88,9 @@ cases = {
     "diag of ints and bools": (lambda L, x: (L.diag(x), L.diag(x > 0, 1)), I),
     "diagonal": (lambda L, x: (x.diagonal(), x.diagonal(1), x.diagonal(-1), x.diagonal(5), L.diagonal(x, 0, 1, 0)), M),
     "diagonal 3d": (lambda L, x: (x.reshape(3, 2, 2).diagonal(0, 1, 2), x.reshape(3, 2, 2).diagonal(1, 0, 2)), M),
+    "diagonal of one dim twice": (lambda L, x: x.diagonal(0, 1, -1), M),
+    "diagonal of a float offset": (lambda L, x: x.diagonal(1.5), M),
+    "diagonal of a bool offset": (lambda L, x: L.diagonal(x, True), M),
     "diag_embed": (lambda L, x: (L.diag_embed(x), L.diag_embed(x, 1), L.diag_embed(x, -1, 0, 2)), M),
     "einsum": (
         lambda L, x: (
