@@ -47,6 +47,7 @@ VIEWS = {
     "split": lambda x, size, dim, k: x.split(size, dim)[k],
     "chunk": lambda x, n, dim, k: x.chunk(n, dim)[k],
     "expand": lambda x, shape: x.expand(shape),
+    "diagonal": lambda x, offset, a, b: x.diagonal(offset, a, b),
 }
 
 
@@ -184,6 +185,7 @@ def _view_args(g, s: tuple) -> tuple[str | None, dict]:
             "split",
             "chunk",
             "expand",
+            "diagonal",
         ]
     )
     dim = rng.randrange(r) if r else None
@@ -208,6 +210,9 @@ def _view_args(g, s: tuple) -> tuple[str | None, dict]:
         return kind, {"dims": tuple(rng.sample(range(r), r))}
     if kind == "squeeze":
         return kind, {"dim": dim}
+    if kind == "diagonal":  # of any plane, offsets past its corner too (an empty diagonal)
+        others = [k for k in range(-r, r) if k % r != dim]
+        return (kind, {"offset": rng.randint(-2, 2), "a": dim, "b": rng.choice(others)}) if others else (None, {})
     if kind == "narrow":
         start = rng.randint(0, n)
         return kind, {"dim": dim, "start": start, "length": rng.randint(0, n - start)}
