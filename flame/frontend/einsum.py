@@ -10,11 +10,11 @@ import math
 import string
 
 from flame.errors import DTypeError, ShapeError
-from flame.frontend.autocast import is_autocast_enabled
+from flame.frontend.autocast import get_autocast_dtype, is_autocast_enabled
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import torch_dtype_name
-from flame.ir.dtypes import promote
+from flame.ir.dtypes import f64, promote
 
 _LETTERS = set(string.ascii_letters)
 
@@ -88,15 +88,21 @@ def _contract(a, la: list[str], b, lb: list[str], keep: set[str], sizes: dict[st
 def _paired(a, la: list[str], b, lb: list[str], keep: set[str], empty: bool):
     """a and b in one dtype, as torch's einsum pairs them: where the pair sums a dimension both hold with more
     than one element (torch's bmm), two dtypes raise torch's error (unless an operand has no element,
-    which torch answers with zeros first, or autocast casts the GEMM's operands); otherwise (torch's mul)
+    which torch answers with zeros first, or autocast casts both of the GEMM's operands to its dtype: not a
+    float64 or integer one); otherwise (torch's mul)
     they are promoted."""
     if a.dtype == b.dtype:
         return a, b
     summed = any(c in lb and c not in keep and a.shape[i] != 1 and b.shape[lb.index(c)] != 1
                  for i, c in enumerate(la))
-    if summed and not empty and not is_autocast_enabled():
-        raise DTypeError(f"einsum: expected scalar type {torch_dtype_name(a.dtype)} but found "
-                         f"{torch_dtype_name(b.dtype)}\n  at {user_location()}")
+    if summed and not empty:
+        da, db = a.dtype, b.dtype
+        if is_autocast_enabled():  # the GEMM's autocast casts its floating operands but float64 ones
+            low = get_autocast_dtype()
+            da, db = (low if d.is_float and d != f64 else d for d in (da, db))
+        if da != db:
+            raise DTypeError(f"einsum: expected scalar type {torch_dtype_name(da)} but found "
+                             f"{torch_dtype_name(db)}\n  at {user_location()}")
     dt = promote(a.dtype, b.dtype)
     return a.to(dt), b.to(dt)
 

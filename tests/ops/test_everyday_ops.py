@@ -389,6 +389,43 @@ def test_einsum_of_operands_of_different_dtypes_is_torchs(eq, operands, mode):
     np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
 
 
+AUTOCAST_EINSUMS = [
+    ("ij,jk->ik", [((2, 3), "float32"), ((3, 4), "float64")]),  # the GEMM's autocast leaves float64 as it is
+    ("ij,jk->ik", [((2, 3), "float64"), ((3, 4), "float32")]),
+    ("ij,jk->ik", [((2, 3), "float32"), ((3, 4), "float16")]),  # both cast to the region's dtype
+    ("ij,jk->ik", [((2, 3), "float32"), ((3, 4), "int64")]),
+    ("ij,ij->i", [((2, 3), "float32"), ((2, 3), "float64")]),  # a sum over j both hold: torch's bmm too
+    ("i,j->ij", [((3,), "float32"), ((2,), "float64")]),  # no dim summed (torch's mul): promoted
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("eq,operands", AUTOCAST_EINSUMS,
+                         ids=[f"{e}-{'-'.join(d for _, d in o)}" for e, o in AUTOCAST_EINSUMS])
+def test_einsum_of_different_dtypes_in_an_autocast_region_is_torchs(eq, operands, mode):
+    """Inside a bfloat16 autocast region torch's einsum contracts a pair with its bmm, whose autocast casts
+    the floating operands but float64 ones: a float64 or integer operand beside a cast one raises its
+    RuntimeError ('expected scalar type BFloat16 but found Double'); flame's error or dtype is torch's."""
+    arrays = [(np.arange(int(np.prod(s))).reshape(s) % 5 - 2) for s, _ in operands]
+    theirs = [torch.tensor(a).to(getattr(torch, d)) for a, (_, d) in zip(arrays, operands)]
+    mine = [flame.tensor(a).to(getattr(flame, d)) for a, (_, d) in zip(arrays, operands)]
+
+    def body(*ts):
+        with flame.autocast("cpu", dtype=flame.bfloat16):
+            return flame.einsum(eq, *ts)
+
+    run = body if mode == "eager" else flame.compile(body)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            want = torch.einsum(eq, *theirs)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match=str(e)) as got:
+            run(*mine)
+        assert "test_everyday_ops.py" in str(got.value)
+        return
+    assert run(*mine).dtype == getattr(flame, str(want.dtype).removeprefix("torch."))
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_norms(mode):
     x = randn(3, 4)
