@@ -20,7 +20,7 @@ from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.counted_writes import as_of, refuse, saved_modified_error
-from flame.frontend.data_writes import follow_writes, live_reads
+from flame.frontend.data_writes import composite_vjp, follow_writes, live_reads, now_value
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.saved import reads, saved_inputs, saved_reads, saves, torch_saved, unpack_saves
@@ -90,14 +90,15 @@ def _rebuild(
     """The graph of the ops that made loss, from its leaves (graph inputs). A tensor in `cut` passes no
     gradient to what it was made from (its uses read it through stop_gradient); cut[id] is set to its
     own value, where a hooked backward seeds the gradient its hooks made (_hooked_backward). Returns
-    (the graph, id -> value, the tensors its inputs hold, the nodes, autodiff's `unpacked`: the tensors
+    (the graph, id -> value, the tensors its inputs hold, autodiff's `composites`: torch's formulas of the
+    composites whose saved values a write through .data changed, autodiff's `unpacked`: the tensors
     saved-tensor hooks unpacked, each an input of its own unless the graph holds it). A freed node is an
     error where its backward runs (`runs`: the ids of the tensors whose nodes run, _running; None: all)."""
     g = Graph("backward")
     b = Builder(g)
     vals: dict[int, Value] = {}
     leaves: list[Tensor] = []
-    nodes = []
+    composites: dict = {}
     unpacked: dict = {}
     seen: dict = {}  # id(packed) -> its tensors unpacked (a call of a Function: its results share them)
     consts: dict = {}  # id(buffer) -> (its tensor, its input): buffers written through .data the VJPs read
@@ -111,7 +112,6 @@ def _rebuild(
             continue
         if node.freed and (runs is None or id(t) in runs):  # a node not run only recomputes its value
             raise freed_graph_error(node.name, node.loc)
-        nodes.append(node)
         inputs = _inputs(node)
         fresh = False  # a leaf read as it is now, changed since by writes through .data (_note_recomputed)
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
@@ -134,10 +134,43 @@ def _rebuild(
             _note_recomputed(op, node, t, inputs, fresh, newer)
         if live:  # what a write through .data changed: the VJP reads the buffer as it is now (data_writes.py)
             unpacked[op] = {**live, **unpacked.get(op, {})}
+        formula = node.torch_saves.formula if node.torch_saves is not None else None
+        if formula is not None and op is not None and op.name == node.name:
+            vjp = _torch_formula(op, formula, t, g, vals, leaves, consts, now)
+            if vjp is not None:
+                composites[op] = vjp
         if cut is not None and id(t) in cut:
             cut[id(t)] = vals[id(t)]
             vals[id(t)] = b.emit("stop_gradient", vals[id(t)])
-    return g, vals, leaves, nodes, unpacked
+    return g, vals, leaves, composites, unpacked
+
+
+def _torch_formula(op, formula, t: Tensor, g: Graph, vals: dict, leaves: list, consts: dict, now: dict):
+    """data_writes.composite_vjp of op, the rebuilt op of t's node, which made a composite's result: its
+    arguments' values as the composite read them, what torch's node saved of them as the storage holds it
+    now (a leaf the composite read a stand-in of, its version unchanged, so written through .data since:
+    the leaf; another tensor: data_writes.now_value)."""
+    args, written = {}, {}
+    for name, (x, version, reader, k) in formula.args:
+        read = _inputs(reader)[k]
+        if id(read) not in vals:
+            return None
+        args[name] = vals[id(read)]
+        if name not in formula.saved:
+            continue
+        if reader.olds and k in reader.olds and x._version == version:  # a leaf written through .data
+            if id(x) not in vals:  # (a leaf that takes no gradient, which no other op reads)
+                vals[id(x)] = g.add_input(x._type(), "const")
+                leaves.append(x)
+            written[args[name]] = vals[id(x)]
+        else:
+            v = now_value(read, g, leaves, consts, now)
+            if v is not None:
+                written[args[name]] = v
+    v = now_value(t, g, leaves, consts, now) if "result" in formula.saved else None
+    if v is not None:
+        written[op.out] = v
+    return composite_vjp(op, formula, args, written)
 
 
 def _note_recomputed(op, node, t: Tensor, inputs: list, fresh: bool, newer: set) -> None:
@@ -342,7 +375,7 @@ def _gradients(
     through them from loss, their own gradient flows on from them instead. `create`: the gradients
     carry histories (gradient_tensors). `runs`: as _rebuild's."""
     cut = dict.fromkeys(seeds)
-    g, vals, graph_leaves, _, unpacked = _rebuild(loss, cut, order, runs)
+    g, vals, graph_leaves, composites, unpacked = _rebuild(loss, cut, order, runs)
     wrt = [t for t in graph_leaves if t.requires_grad and leaves] + want
     inputs = list(graph_leaves)
     terms = [] if id(loss) in seeds else [(vals[id(loss)], gradient)]
@@ -357,8 +390,8 @@ def _gradients(
             term = term if term.dtype == f32 else b.cast(term, dtype=f32)
             out = term if out is None else b.add(out, term)
     inputs += [gr for _, gr in terms if gr is not None]
-    grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed, unpacked=unpacked) if out is not None \
-        else [None] * len(wrt)
+    grads = [None] * len(wrt) if out is None else \
+        autodiff(g, out, [vals[id(t)] for t in wrt], seed, unpacked=unpacked, composites=composites)
     nodes = saving_nodes(g, vals, order, cut, runs)
     known = known_tensors(order, vals, cut) if create else {}
     return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes

@@ -213,9 +213,10 @@ def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool, own:
         got, nodes = hooked_grad(root, ins, order, create, runs)
         autograd.free_graph(nodes, [t for t in order if id(t) in runs], retain)
         return got
-    g, vals, leaves, _, unpacked = _rebuild(root, order=order, runs=runs)
+    g, vals, leaves, composites, unpacked = _rebuild(root, order=order, runs=runs)
     used = [t for t in ins if id(t) in vals]
-    gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used], unpacked=unpacked)))
+    gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used], unpacked=unpacked,
+                                             composites=composites)))
     nodes = saving_nodes(g, vals, order, runs=runs)
     grads = [gvals.get(id(t)) for t in ins]
     known = known_tensors(order, vals) if create else {}

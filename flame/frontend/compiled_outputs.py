@@ -76,7 +76,8 @@ def _gradient_graph(forward: Graph, present: tuple[int, ...], name: str, data_wr
                     ) -> tuple[Graph, list[bool]]:
     g = forward.copy()
     b = Builder(g, BackwardLoc(""))
-    live = traced_live_reads(g, at_positions(g, data_written), b)  # (positions taken before cotangent inputs)
+    written, declared = at_positions(g, data_written)  # (positions taken before cotangent inputs)
+    live, composites = traced_live_reads(g, written, b, declared)
     g.name, g.aliases, g.groups = name, {}, None
     n = len(g.inputs)
     outs = [g.outputs[k] for k in present]
@@ -90,7 +91,7 @@ def _gradient_graph(forward: Graph, present: tuple[int, ...], name: str, data_wr
             term = b.sum_to(b.mul(o, ct), ())
             term = term if term.dtype == f32 else b.cast(term, dtype=f32)
             root = term if root is None else b.add(root, term)
-    grads = iter(autodiff(g, root, wrt, seed, unpacked=live))
+    grads = iter(autodiff(g, root, wrt, seed, unpacked=live, composites=composites))
     per_input = [next(grads) if v.dtype.is_float else None for v in g.inputs[:n]]
     g.outputs = [gv for gv in per_input if gv is not None]
     return eliminate_dead_code(g), [gv is not None for gv in per_input]

@@ -19,10 +19,12 @@ follows the graph's view ops)."""
 from __future__ import annotations
 
 import types
+from dataclasses import replace
 
 from flame._identity import ByIdentity
 from flame.frontend.saved import vjp_reads
 from flame.frontend.tensor import Tensor
+from flame.frontend.torch_saves import Declared
 from flame.ir import registry
 from flame.ir.graph import Graph, Value
 from flame.ir.ops.elementwise import STOP_GRADIENT
@@ -57,7 +59,7 @@ def _shares_storage(name: str) -> bool:
     return view is not None and view.strided is not None
 
 
-def _now(x, g: Graph, leaves: list, consts: dict, now: dict) -> Value | None:
+def now_value(x, g: Graph, leaves: list, consts: dict, now: dict) -> Value | None:
     """The value tensor x's storage holds now, where a write through .data changed it since x was read
     (None: no such write): a view's (`now`, follow_writes), or a stand-in's buffer as a constant input."""
     if not isinstance(x, Tensor):
@@ -89,7 +91,7 @@ def follow_writes(node, t: Tensor, inputs: list, b, vals: dict, leaves: list, co
             leaves.append(src)
         source = vals[id(src)]
     else:
-        source = _now(inputs[0], b.graph, leaves, consts, now)
+        source = now_value(inputs[0], b.graph, leaves, consts, now)
     if source is not None:
         rest = [vals[id(x)] if isinstance(x, Tensor) else x for x in inputs[1:]]
         now[id(t)] = b.emit(node.name, source, *rest, **node.attrs)
@@ -105,16 +107,19 @@ def live_reads(op, t: Tensor, inputs: list, g: Graph, leaves: list, consts: dict
     if not written:  # (vjp_reads runs the VJP: a custom Function's backward is the user's code)
         return {}
     positions, result = vjp_reads(op)
-    return {k: _now(x, g, leaves, consts, now) for k, x in written if k in positions or k == -1 and result}
+    return {k: now_value(x, g, leaves, consts, now) for k, x in written if k in positions or k == -1 and result}
 
 
-def traced_live_reads(g: Graph, written: dict[Value, Value], b=None) -> dict | None:
-    """autodiff's `unpacked` for a traced backward: each op that read (or made) a value a write through
-    `.data` replaced (`written`: that value -> the tensor's value now) reads the current value instead;
-    a view of a replaced value (a view op's result, or detach()'s, which shares its input's storage) is
-    taken again by b (a Builder of g) from the value now, and the ops that read it read that."""
+def traced_live_reads(g: Graph, written: dict[Value, Value], b=None, declared: dict | None = None
+                      ) -> tuple[dict | None, dict | None]:
+    """autodiff's (`unpacked`, `composites`) for a traced backward: each op that read (or made) a value a
+    write through `.data` replaced (`written`: that value -> the tensor's value now) reads the current value
+    instead; a view of a replaced value (a view op's result, or detach()'s, which shares its input's
+    storage) is taken again by b (a Builder of g) from the value now, and the ops that read it read that.
+    `declared` (Trace.torch_saves): the composites whose torch node saved such a value take their gradient
+    from torch's formula (torch_backwards)."""
     if not written:
-        return None
+        return None, None
     written = dict(written)
     sub: dict = {}
     for op in list(g.ops):
@@ -126,21 +131,61 @@ def traced_live_reads(g: Graph, written: dict[Value, Value], b=None) -> dict | N
         if b is not None and op.inputs and op.inputs[0] in written and op.out not in written \
                 and _shares_storage(op.name):
             written[op.out] = b.emit(op.name, written[op.inputs[0]], *op.inputs[1:], **op.attrs)
-    return sub
+    got = {op: composite_vjp(op, d.formula, dict(d.formula.args), written)
+           for op, d in (declared or {}).items() if d.formula is not None}
+    return sub, {op: vjp for op, vjp in got.items() if vjp is not None} or None
+
+
+def composite_vjp(op, formula, args: dict[str, Value], now: dict[Value, Value]) -> tuple | None:
+    """autodiff's `composites` entry of op, the op that made a composite's result (args: its tensor
+    arguments' values, as it read them), where a write through .data replaced a value torch's node saved
+    (`now`: a replaced value -> the value its storage holds now): its gradients are torch's formula
+    (torch_saves.Formula) on the saved values as they are now. None where no saved value was replaced:
+    the composite's own ops differentiate it, as in a graph with no such write; None too where a saved
+    argument is not among args (eagerly, one no op that recorded a gradient read: a bool target
+    converted with no gradient), whose values then are those the forward read."""
+    if any(k != "result" and k not in args for k in formula.saved):
+        return None
+    saved = {k: op.out if k == "result" else args[k] for k in formula.saved}
+    if not any(v in now for v in saved.values()):
+        return None
+    reads = {k: now.get(v, v) for k, v in saved.items()}
+    names = tuple(args)
+
+    def vjp(b, g: Value) -> list:
+        grads = formula.fn(b, g, reads, args, formula.given)
+        return [grads.get(k) for k in names]
+
+    return tuple(args[k] for k in names), vjp
 
 
 def _values(g: Graph) -> list[Value]:
     return [*g.inputs, *(op.out for op in g.ops)]
 
 
-def written_positions(g: Graph, written: dict[Value, Value]) -> tuple[tuple[int, int], ...]:
-    """`written` (Trace.data_written, each value paired with the tensor's value at the end of the body) as
-    positions in g (its inputs, then its ops' results), which a copy of g keeps (compiled_outputs)."""
+def written_positions(g: Graph, written: dict[Value, Value], declared: dict | None = None) -> tuple:
+    """`written` (Trace.data_written, each value paired with the tensor's value at the end of the body) and
+    the formulas of `declared` (Trace.torch_saves) as positions in g (its inputs, then its ops' results),
+    which a copy of g keeps (compiled_outputs): (value pairs, (op's index, its Formula with positions))."""
     at = {v: k for k, v in enumerate(_values(g))}
-    return tuple((at[a], at[b]) for a, b in written.items() if a in at and b in at)
+    pairs = tuple((at[a], at[b]) for a, b in written.items() if a in at and b in at)
+    if not pairs:
+        return ()
+    index = {op: i for i, op in enumerate(g.ops)}
+    formulas = tuple((index[op], replace(d.formula, args=tuple((k, at[v]) for k, v in d.formula.args)))
+                     for op, d in (declared or {}).items()
+                     if d.formula is not None and op in index and all(v in at for _, v in d.formula.args))
+    return pairs, formulas
 
 
-def at_positions(g: Graph, pairs: tuple) -> dict[Value, Value]:
-    """written_positions' pairs as g's values (g: a copy of the graph they were taken from)."""
+def at_positions(g: Graph, positions: tuple) -> tuple[dict[Value, Value], dict]:
+    """written_positions' answer as g's values (g: a copy of the graph it was taken from): (the written
+    values, each paired with its value at the end; op -> a Declared with its formula)."""
+    if not positions:
+        return {}, {}
+    pairs, formulas = positions
     vals = _values(g)
-    return {vals[a]: vals[b] for a, b in pairs if max(a, b) < len(vals)}
+    written = {vals[a]: vals[b] for a, b in pairs if max(a, b) < len(vals)}
+    declared = {g.ops[i]: Declared("", (), False, replace(f, args=tuple((k, vals[v]) for k, v in f.args)))
+                for i, f in formulas}
+    return written, declared

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from flame.errors import ArgumentError, AutogradError, DTypeError, FlameError, IndexValueError, ShapeError
-from flame.frontend import fp8
+from flame.frontend import fp8, torch_formulas
 from flame.frontend.autocast import get_fp8_recipe, policy
 from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones, zeros
@@ -123,7 +123,7 @@ def _empty_along(x: Tensor, dim: int) -> bool:
 
 
 @policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
-@saves("result")
+@saves("result", vjp=torch_formulas.softmax)
 def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
     """exp(x) / sum(exp(x)) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
@@ -157,7 +157,7 @@ def _softmax(x: Tensor, dim: int) -> Tensor:
 
 
 @policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
-@saves("x", "result")
+@saves("x", "result", vjp=torch_formulas.logsumexp)
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     x = as_floating(x)  # integers and bools: in the default float dtype (x - max must not wrap), as torch's
     if _empty_along(x, dim):  # the sum of no terms: log(0) = -inf, as in PyTorch
@@ -170,7 +170,7 @@ def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
 
 
 @policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
-@saves("result")
+@saves("result", vjp=torch_formulas.log_softmax)
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
     """x - logsumexp(x) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
@@ -211,7 +211,7 @@ def _rounded_log_softmax(x: Tensor, dim: int) -> Tensor:
 
 
 @policy("f32", cpu="")  # autocast: runs in f32, as on PyTorch's CUDA list; on none of its CPU lists
-@saves("input", "weight", "bias")
+@saves("input", "weight", "bias", vjp=torch_formulas.layer_norm)
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over the trailing normalized_shape dims, then weight and bias; in the
@@ -308,7 +308,7 @@ def warn_if_broadcast(loss: str, input: Tensor, target: Tensor) -> None:  # noqa
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-@saves("input", "target")
+@saves(lambda given: ("input", "target") if given.get("weight") is None else (), vjp=torch_formulas.mse_loss)
 def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
              reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
     """mean((input - target)^2) (or its sum, or per element); warns as PyTorch does when the shapes

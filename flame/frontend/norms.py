@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from flame.errors import DTypeError
+from flame.frontend import torch_formulas
 from flame.frontend.autocast import policy
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.dispatch import apply
@@ -303,7 +304,7 @@ def norm_dtype_checks(op: str, input: Tensor, dtype) -> None:  # noqa: A002
 # autocast: linalg_vector_norm is on PyTorch's CUDA float32 list (not with an explicit dtype); on none of its CPU
 # lists
 @policy("f32", cpu="")
-@saves("input", "result")
+@saves("input", "result", vjp=torch_formulas.vector_norm)
 def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
     """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
     (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of

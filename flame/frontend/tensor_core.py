@@ -12,7 +12,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
-from flame.frontend import autocast, opmath, promotion
+from flame.frontend import autocast, opmath, promotion, torch_formulas
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.data_writes import DATA_LINK
@@ -428,7 +428,7 @@ class TensorCore:
         return (-self if self.dtype.is_float else -1 - self).argmax(dim, keepdim)
 
     @autocast.policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-    @saves("self")
+    @saves("self", vjp=torch_formulas.var)
     def var(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The variance over dim (all by default) with torch's signature: the squared deviations' sum over
         n - correction (default 1, Bessel's correction; unbiased=False means 0)."""
@@ -443,7 +443,7 @@ class TensorCore:
         return (d * d).sum(axes, keepdim=keepdim) / float(n - c)
 
     @autocast.policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-    @saves("self", "result")
+    @saves("self", "result", vjp=torch_formulas.std)
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The square root of var (same arguments); where the deviation is zero the gradient is zero, as
         torch's (sqrt's infinite derivative there is not taken)."""

@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
-from flame.frontend import covariance, functional, more_math, opmath, special_math
+from flame.frontend import covariance, functional, more_math, opmath, special_math, torch_formulas
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
@@ -398,7 +398,7 @@ class TensorMath:
         return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
 
     @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
-    @saves("self", "result")
+    @saves("self", "result", vjp=torch_formulas.prod)
     def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
         """The product over dim (every element when None), as torch.prod: the last running product of
         cumprod; its gradient PyTorch's prod_backward (prod_backward.with_prod_backward)."""

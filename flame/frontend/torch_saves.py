@@ -9,7 +9,18 @@ it recorded: the op that made its result carries the declaration (`Declared`: wh
 carry `NOTHING` (torch has no node of theirs). Eagerly the marks are on the ops' Nodes (`torch_saves`);
 while tracing, in Trace.torch_saves by op. A composite called inside another declared one marks nothing:
 the outer one's node is the one torch records. A registered op declares the same with its OpDef's `saves`
-trait (flame/ir/registry.py), read by saved.torch_saved."""
+trait (flame/ir/registry.py), read by saved.torch_saved.
+
+`saves(..., vjp=fn)` also gives torch's backward formula of the composite on what its node saved:
+fn(b, g, saved, args, given) -> {parameter name: gradient}, ops appended by Builder b to the gradient
+graph, from the result's cotangent g, `saved` ({saved parameter's name, or "result": the value as the
+backward reads it}), `args` ({tensor parameter's name: its value as the composite read it}) and `given`
+(the call's other arguments by name, defaults included). flame differentiates the composite through its
+own ops, the same gradient while nothing changed what torch's node saved; where a write through `.data`
+did, torch's backward reads the new values through that formula, and so does flame's
+(data_writes.composite_vjp). The declaration's mark carries the formula with the composite's tensor
+arguments (`Formula`); where the result is a view of a value the composite made (logsumexp's squeeze),
+the mark is on the op that made that value, which a write into the view writes into."""
 
 from __future__ import annotations
 
@@ -17,36 +28,52 @@ import functools
 import inspect
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flame.frontend.context import current_trace, grad_enabled
 from flame.frontend.tensor import Tensor
+from flame.ir import registry
 
 _inside: ContextVar[bool] = ContextVar("flame_torch_saves_inside", default=False)
 
 
 @dataclass(frozen=True)
+class Formula:
+    """torch's backward formula of one call of a composite (`saves`' vjp, `given`: the call's other
+    arguments), its tensor arguments `args` by parameter name (eagerly (tensor, its version then, a node of
+    the composite that read it, the position there), while tracing their Values) and the names of those
+    torch's node saved (`saved`, "result" among them where it saved its result)."""
+
+    fn: Callable
+    given: dict
+    args: tuple
+    saved: tuple
+
+
+@dataclass(frozen=True)
 class Declared:
     """What torch's node of composite `name` saved: `inputs`, eagerly (tensor, its version then) pairs,
-    while tracing their Values; `result`: whether it saved its result."""
+    while tracing their Values; `result`: whether it saved its result; `formula`: its backward on them."""
 
     name: str
     inputs: tuple
     result: bool
+    formula: Formula | None = None
 
 
 NOTHING = Declared("", (), False)  # an op inside a declared composite: torch records no node of its own
 
 
-def saves(*what, name: str | None = None) -> Callable[[Callable], Callable]:
+def saves(*what, name: str | None = None, vjp: Callable | None = None) -> Callable[[Callable], Callable]:
     """Decorator declaring what torch's node of a composite saves: the names of its tensor parameters,
     and "result" for its result; or one callable ({parameter's name: its argument, as given}) -> those
     names, where what torch saves depends on the arguments: on which gradients are asked (`wants`), or
     on the shapes that pick torch's kernel. `name`: the op named in the error (the function's name by
-    default)."""
+    default). `vjp`: torch's backward formula on what its node saves (the module's docstring)."""
 
     def wrap(fn: Callable) -> Callable:
-        params = list(inspect.signature(fn).parameters)
+        signature = inspect.signature(fn)
+        params = list(signature.parameters)
         label = name or fn.__name__
 
         @functools.wraps(fn)
@@ -66,12 +93,19 @@ def saves(*what, name: str | None = None) -> Callable[[Callable], Callable]:
             tensors = {k: v for k, v in given.items() if isinstance(v, Tensor)}
             picked = what[0](given) if callable(what[0]) else what
             kept = [tensors[k] for k in picked if k in tensors]
+            formula = None if vjp is None else Formula(vjp, _given(signature, args, kwargs), (),
+                                                      tuple(k for k in picked if k in tensors or k == "result"))
             if trace is not None:
+                if formula is not None:
+                    formula = replace(formula, args=tuple((k, trace.value_of(t)) for k, t in tensors.items()))
                 _mark_traced(trace, start, out, Declared(label, tuple(trace.value_of(t) for t in kept),
-                                                         "result" in picked))
+                                                         "result" in picked, formula))
             elif out._node is not None:
-                _mark_eager(out, tensors.values(), Declared(label, tuple((t, t._version) for t in kept),
-                                                            "result" in picked))
+                node, readers = _mark_eager(out, tensors.values(), Declared(label, tuple((t, t._version) for t in kept),
+                                                                            "result" in picked))
+                if formula is not None:
+                    args = tuple((k, (t, t._version, *readers[id(t)])) for k, t in tensors.items() if id(t) in readers)
+                    node.torch_saves = replace(node.torch_saves, formula=replace(formula, args=args))
             return out
 
         return run
@@ -85,15 +119,37 @@ def wants(given: dict, name: str) -> bool:
     return isinstance(x, Tensor) and x.requires_grad
 
 
+def _strided_view(name: str) -> bool:
+    view = registry.get(name).view
+    return view is not None and view.strided is not None
+
+
 def _mark_traced(trace, start: int, out: Tensor, declared: Declared) -> None:
-    for op in trace.graph.ops[start:]:
+    ops = trace.graph.ops[start:]
+    for op in ops:
         trace.torch_saves[op] = NOTHING
-    trace.torch_saves[trace.value_of(out).producer] = declared
+    op = trace.value_of(out).producer
+    made = set(ops)
+    # a result that is a view of a value the composite made (logsumexp's squeeze): a write into it writes
+    # into that value, which the ops after it read, so the mark goes on the op that made it
+    while _strided_view(op.name) and op.inputs[0].producer in made:
+        op = op.inputs[0].producer
+    trace.torch_saves[op] = declared
 
 
-def _mark_eager(out: Tensor, inputs, declared: Declared) -> None:
-    """Mark the nodes between the composite's tensor arguments and its result."""
+def _given(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments other than tensors, by parameter name, defaults included."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if not isinstance(v, Tensor)}
+
+
+def _mark_eager(out: Tensor, inputs, declared: Declared) -> tuple:
+    """Mark the nodes between the composite's tensor arguments and its result. Returns (the node marked
+    `declared`, {id(argument): (a node of the composite that read it, the position there)})."""
     seen = {id(t) for t in inputs}
+    args = set(seen)
+    readers: dict = {}
     todo = [out]
     while todo:
         t = todo.pop()
@@ -101,5 +157,13 @@ def _mark_eager(out: Tensor, inputs, declared: Declared) -> None:
             continue
         seen.add(id(t))
         t._node.torch_saves = NOTHING
-        todo.extend(x for x in t._node.inputs if isinstance(x, Tensor))
+        for k, x in enumerate(t._node.inputs):
+            if isinstance(x, Tensor):
+                todo.append(x)
+                if id(x) in args:
+                    readers.setdefault(id(x), (t._node, k))
+    while _strided_view(out._node.name) and isinstance(out._node.inputs[0], Tensor) \
+            and id(out._node.inputs[0]) not in args and out._node.inputs[0]._node is not None:
+        out = out._node.inputs[0]  # (a view of a value the composite made: _mark_traced says why)
     out._node.torch_saves = declared
+    return out._node, readers

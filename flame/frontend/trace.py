@@ -422,8 +422,9 @@ class Trace:
             found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves, self.checkpoint_args)
             if found is not None:
                 raise saved_modified_error(*found)
-        live = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()}, self.builder)
-        return autodiff(self.graph, root, wrt, seed, hooks, unpacked=live)
+        live, composites = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()},
+                                             self.builder, self.torch_saves)
+        return autodiff(self.graph, root, wrt, seed, hooks, unpacked=live, composites=composites)
 
     def wrt_value(self, t) -> Value:
         """The value a gradient with respect to tensor t is taken for: t's, or where a write recorded no

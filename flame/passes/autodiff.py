@@ -148,13 +148,17 @@ def _run_hook(b: Builder, ct: dict, hook: GradHook, loc: str | None = None) -> N
 
 
 def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None,
-             hooks: Sequence[GradHook] = (), unpacked: dict | None = None) -> list[Value | None]:
+             hooks: Sequence[GradHook] = (), unpacked: dict | None = None,
+             composites: dict | None = None) -> list[Value | None]:
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
     does not depend on w. `hooks` (values, fn): once the gradients of `values` are complete,
     fn(builder, those gradients) -> the gradients that flow on (Tensor.register_hook, module backward
     hooks). `unpacked`: op -> {input position (-1: its result): a value its VJP reads in that one's place}
-    (saved-tensor hooks' unpacked tensors, frontend/saved.py). Before: a verified graph containing out
+    (saved-tensor hooks' unpacked tensors, frontend/saved.py). `composites`: op -> (values, vjp): op made
+    the result of a composite whose backward is vjp(b, cotangent) -> one gradient (or None) per value in
+    `values` (torch's formula on what its node saved, frontend/torch_saves.py), in place of the VJPs of
+    the composite's own ops, which then get no cotangent. Before: a verified graph containing out
     and wrt. After: the same graph with hand-written attention rewritten in place
     (passes/rewrite_attention.py) and backward ops appended (outputs unchanged; the caller decides what
     to return)."""
@@ -183,19 +187,24 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
         opdef = REGISTRY[op.name]
         if opdef.call_result:
             gout = _call_cotangents(calls[op], ct)
-        if gout is None or opdef.vjp is None or needed.isdisjoint(op.inputs):
+        composite = composites.get(op) if composites else None
+        targets = op.inputs if composite is None else composite[0]
+        if gout is None or opdef.vjp is None and composite is None or needed.isdisjoint(targets):
             continue
         b.loc = BackwardLoc(op.loc or "")
         start = len(g.ops)
-        ins, res = op.inputs, op.out
-        if unpacked and op in unpacked:
-            sub = unpacked[op]
-            ins, res = [sub.get(k, x) for k, x in enumerate(ins)], sub.get(-1, res)
-        got = opdef.vjp(b, gout, *ins, res, *saved.get(op, ()), **op.attrs)
+        if composite is not None:
+            got = composite[1](b, gout)
+        else:
+            ins, res = op.inputs, op.out
+            if unpacked and op in unpacked:
+                sub = unpacked[op]
+                ins, res = [sub.get(k, x) for k, x in enumerate(ins)], sub.get(-1, res)
+            got = opdef.vjp(b, gout, *ins, res, *saved.get(op, ()), **op.attrs)
         grads = [gx if gx is not None and x in needed and x.dtype.is_float else None
-                 for x, gx in zip(op.inputs, got)]
+                 for x, gx in zip(targets, got)]
         _drop_unused_since(g, start, [gx for gx in grads if gx is not None])
-        for x, gx in zip(op.inputs, grads):
+        for x, gx in zip(targets, grads):
             if gx is None:
                 continue
             gx = b.sum_to(gx, x.shape)

@@ -1,0 +1,125 @@
+"""Gradients after a write through `.data` into what torch's node of a composite saved (frontend/
+torch_formulas.py): softmax's, log_softmax's, prod's and a norm's result, logsumexp's and std's input and
+result, var's, mse_loss's and layer_norm's inputs. torch's backward reads the new values through its own
+formula; flame's, which differentiates the composite through its ops, takes torch's formula there. A
+write into the result and into each input (a leaf, and a tensor with a history), eagerly, inside
+@flame.compile, and with the backward outside a compiled forward. Against torch in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as torch_F
+
+import flame
+
+RNG = np.random.default_rng(1)
+X, Y, C = RNG.uniform(0.2, 0.9, (3, 4)), RNG.uniform(0.3, 0.8, (3, 4)), RNG.uniform(-1, 1, (3, 4))
+W, BIAS = RNG.uniform(0.5, 1.5, 4), RNG.uniform(-1, 1, 4)
+
+
+def _f(lib):
+    return torch_F if lib is torch else flame.nn.functional
+
+
+OPS = {  # name: (operands, the op on lib's tensors)
+    "softmax": ((X,), lambda lib, x: _f(lib).softmax(x, 1)),
+    "softmax dim=0": ((X,), lambda lib, x: _f(lib).softmax(x, 0)),
+    "log_softmax": ((X,), lambda lib, x: _f(lib).log_softmax(x, -1)),
+    "logsumexp": ((X,), lambda lib, x: lib.logsumexp(x, 1)),
+    "logsumexp keepdim": ((X,), lambda lib, x: lib.logsumexp(x, 0, keepdim=True)),
+    "prod dim": ((X,), lambda lib, x: x.prod(1)),
+    "prod": ((X,), lambda lib, x: x.prod()),
+    "norm": ((X,), lambda lib, x: x.norm(dim=1)),
+    "norm of all": ((X,), lambda lib, x: x.norm()),
+    "vector_norm ord 1": ((X,), lambda lib, x: lib.linalg.vector_norm(x, 1, dim=0)),
+    "vector_norm ord 3": ((X,), lambda lib, x: lib.linalg.vector_norm(x, 3, dim=1, keepdim=True)),
+    "vector_norm ord 1.5": ((X,), lambda lib, x: lib.linalg.vector_norm(x, 1.5, dim=1)),
+    "vector_norm ord 0.5": ((X,), lambda lib, x: lib.linalg.vector_norm(x, 0.5)),
+    "vector_norm ord inf": ((X,), lambda lib, x: lib.linalg.vector_norm(x, float("inf"), dim=1)),
+    "std": ((X,), lambda lib, x: x.std(1)),
+    "std of all": ((X,), lambda lib, x: x.std()),
+    "var": ((X,), lambda lib, x: x.var(0, keepdim=True, correction=0)),
+    "mse_loss": ((X, Y), lambda lib, x, y: _f(lib).mse_loss(x, y)),
+    "mse_loss none": ((X, Y), lambda lib, x, y: _f(lib).mse_loss(x, y, reduction="none")),
+    "mse_loss sum": ((X, Y), lambda lib, x, y: _f(lib).mse_loss(x, y, reduction="sum")),
+    "layer_norm": ((X,), lambda lib, x: _f(lib).layer_norm(x, (4,))),
+    "layer_norm affine": ((X, W, BIAS), lambda lib, x, w, b: _f(lib).layer_norm(x, (4,), w, b)),
+}
+CASES = [(name, where, made) for name, (xs, _) in OPS.items() for where in ("result", *range(len(xs)))
+         for made in (False, True)]
+
+
+def _body(lib, name, where, made):
+    fn = OPS[name][1]
+
+    def run(*xs):
+        xs = [x * 1.0 for x in xs] if made else xs  # a tensor with a history, or the leaf itself
+        y = fn(lib, *xs)
+        if where == "result":
+            y.data.mul_(1.5)
+        else:
+            xs[where].data.mul_(xs[where].data + 0.5)  # (not a shift or a scale, which some leave as they are)
+        c = lib.tensor(C, dtype=lib.float64)
+        return (y * c[: y.shape[0], : y.shape[1]] if y.ndim == 2 else y * c[0, : y.numel()].reshape(y.shape)).sum()
+
+    return run
+
+
+def _operands(lib, name):
+    return [lib.tensor(a.copy(), dtype=lib.float64, requires_grad=True) for a in OPS[name][0]]
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled", "backward outside"])
+@pytest.mark.parametrize(("name", "where", "made"), CASES,
+                         ids=[f"{n}-{w}-{'made' if m else 'leaf'}" for n, w, m in CASES])
+def test_gradient_after_a_data_write_into_a_composites_saved_tensor_is_torchs(name, where, made, how):
+    xs = _operands(torch, name)
+    want = torch.autograd.grad(_body(torch, name, where, made)(*xs), xs)
+    run = _body(flame, name, where, made)
+    xs = _operands(flame, name)
+    if how == "backward outside":
+        got = flame.autograd.grad(flame.compile(run)(*xs), xs)
+    else:
+        def grads(*xs):
+            return flame.autograd.grad(run(*xs), list(xs))
+
+        got = (grads if how == "eager" else flame.compile(grads))(*xs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled"])
+def test_prod_with_a_zero_written_through_data_takes_torchs_zero_safe_gradient(how):
+    def body(lib, x):
+        y = x.prod(1)
+        x.data[0, 1] = 0.0
+        return (y * lib.tensor([1.0, -2.0, 0.5], dtype=lib.float64)).sum()
+
+    xt = torch.tensor(X.copy(), requires_grad=True)
+    want = torch.autograd.grad(body(torch, xt), xt)[0]
+    def grads(x):
+        return flame.autograd.grad(body(flame, x), x)[0]
+
+    got = (grads if how == "eager" else flame.compile(grads))(flame.tensor(X.copy(), requires_grad=True))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled"])
+def test_a_weighted_mse_loss_saves_no_input_as_torchs_composite(how):
+    """With weight=, torch's mse_loss is ops of its own, none saving the input: a counted write into the
+    input after it raises nothing there and the gradient is that of the values as they were."""
+    def body(lib, x):
+        h = x * 1.0
+        loss = _f(lib).mse_loss(h, lib.tensor(Y, dtype=lib.float64), weight=lib.tensor(C[0] + 2.0, dtype=lib.float64))
+        h.mul_(2)
+        return loss
+
+    xt = torch.tensor(X[0].copy(), requires_grad=True)
+    want = torch.autograd.grad(body(torch, xt), xt)[0]
+    def grads(x):
+        return flame.autograd.grad(body(flame, x), x)[0]
+
+    got = (grads if how == "eager" else flame.compile(grads))(flame.tensor(X[0].copy(), requires_grad=True))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
