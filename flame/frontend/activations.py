@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, IndexValueError, ShapeError
+from flame.frontend import torch_formulas
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones, zeros
@@ -68,7 +69,7 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
 @composite
-@saves("input")
+@saves("input", vjp=torch_formulas.softplus)
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as PyTorch."""
     floating_only("softplus", input)
@@ -351,7 +352,8 @@ def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
-@saves("input", "target")
+@saves(lambda given: ("input", "target", *torch_formulas.weight_saved(given)) if wants(given, "input")
+       or wants(given, "target") else (), vjp=torch_formulas.huber_loss)
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
                weight: Tensor | None = None) -> Tensor:
     """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target, computed in

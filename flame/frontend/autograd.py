@@ -149,16 +149,20 @@ def _torch_formula(op, formula, t: Tensor, g: Graph, vals: dict, leaves: list, c
     """data_writes.composite_vjp of op, the rebuilt op of t's node, which made a composite's result: its
     arguments' values as the composite read them, what torch's node saved of them as the storage holds it
     now (a leaf the composite read a stand-in of, its version unchanged, so written through .data since:
-    the leaf; another tensor: data_writes.now_value)."""
+    the leaf; another tensor: data_writes.now_value). An argument no op recording a gradient read (a
+    pos_weight converted with no gradient) is read as it is now."""
     args, written = {}, {}
     for name, (x, version, reader, k) in formula.args:
-        read = _inputs(reader)[k]
+        read = x if reader is None else _inputs(reader)[k]  # (no reader: a tensor the ops read no gradient of)
+        if reader is None and id(x) not in vals:
+            vals[id(x)] = g.add_input(x._type(), "const")
+            leaves.append(x.detach())
         if id(read) not in vals:
             return None
         args[name] = vals[id(read)]
         if name not in formula.saved:
             continue
-        if reader.olds and k in reader.olds and x._version == version:  # a leaf written through .data
+        if reader is not None and reader.olds and k in reader.olds and x._version == version:  # (.data's write)
             if id(x) not in vals:  # (a leaf that takes no gradient, which no other op reads)
                 vals[id(x)] = g.add_input(x._type(), "const")
                 leaves.append(x)

@@ -142,8 +142,7 @@ def composite_vjp(op, formula, args: dict[str, Value], now: dict[Value, Value]) 
     (`now`: a replaced value -> the value its storage holds now): its gradients are torch's formula
     (torch_saves.Formula) on the saved values as they are now. None where no saved value was replaced:
     the composite's own ops differentiate it, as in a graph with no such write; None too where a saved
-    argument is not among args (eagerly, one no op that recorded a gradient read: a bool target
-    converted with no gradient), whose values then are those the forward read."""
+    argument is not among args."""
     if any(k != "result" and k not in args for k in formula.saved):
         return None
     saved = {k: op.out if k == "result" else args[k] for k in formula.saved}

@@ -308,7 +308,8 @@ def warn_if_broadcast(loss: str, input: Tensor, target: Tensor) -> None:  # noqa
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-@saves(lambda given: ("input", "target") if given.get("weight") is None else (), vjp=torch_formulas.mse_loss)
+@saves(lambda given: ("input", "target") if given.get("weight") is None else torch_formulas.weight_saved(given),
+       vjp=torch_formulas.mse_loss)
 def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
              reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
     """mean((input - target)^2) (or its sum, or per element); warns as PyTorch does when the shapes

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from flame.errors import ArgumentRangeError, DTypeError, IndexValueError, ShapeError, TraceError
-from flame.frontend import opmath
+from flame.frontend import opmath, torch_formulas
 from flame.frontend.autocast import cpu_lists, is_autocast_enabled, policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
@@ -303,7 +303,7 @@ def _bce_gradients(loss: Tensor, x: Tensor, t: Tensor) -> Tensor:
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
-@saves("input", "target", "weight", "pos_weight")
+@saves("input", "target", "weight", "pos_weight", vjp=torch_formulas.binary_cross_entropy_with_logits)
 def binary_cross_entropy_with_logits(
     input: Tensor,
     target: Tensor,
@@ -363,7 +363,7 @@ def l1_loss(
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
-@saves("input", "target")
+@saves("input", "target", vjp=torch_formulas.smooth_l1_loss)
 def smooth_l1_loss(
     input: Tensor,
     target: Tensor,

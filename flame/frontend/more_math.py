@@ -14,6 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
+from flame.frontend import torch_formulas
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
@@ -258,7 +259,7 @@ def _distance(diff: Tensor, p: float) -> Tensor:
 
 
 @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
-@saves("input", "other", "result")
+@saves("input", "other", "result", vjp=torch_formulas.dist)
 def dist(input: Tensor, other: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     """The p-norm of input - other (broadcast), a 0-d tensor, as torch.dist."""
     return vector_norm(input - other, p)
@@ -529,7 +530,7 @@ def _logaddexp2(a, b) -> Tensor:
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-@saves("input", "other")
+@saves("input", "other", vjp=torch_formulas.logaddexp2)
 def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log2(2^a + 2^b): logaddexp in base 2. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
     grad / (1 + 2 ** (other - self)) in the inputs' dtype."""
@@ -602,7 +603,7 @@ def signbit(input: Tensor) -> Tensor:  # noqa: A002
     return (x < 0) | ((x == 0) & ((1 / x) < 0))
 
 
-@saves(lambda given: ("result", *(("input",) if wants(given, "input") else ())))
+@saves(lambda given: ("result", *(("input",) if wants(given, "input") else ())), vjp=torch_formulas.copysign)
 def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
     """|input| with the sign (bit) of other, in torch's dtype: integers and bools give the default
     floating dtype. The gradient is PyTorch's: result / input to input (0 where input is 0, NaN where it
@@ -636,7 +637,7 @@ def _sinc(x: Tensor) -> Tensor:
     return where(x == 0, 1.0, safe.sin() / safe)
 
 
-@saves("input")
+@saves("input", vjp=torch_formulas.sinc)
 def sinc(input: Tensor) -> Tensor:  # noqa: A002
     """sin(pi x) / (pi x), 1 at 0 (whose gradient there is 0). For f16 / bf16, in f32 rounded once; the
     gradient PyTorch's sinc_backward, grad * (pi x cos(pi x) - sin(pi x)) / (x x pi), in the input's dtype."""
@@ -674,7 +675,7 @@ def renorm(input: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:  # noqa
     return input * where(big, maxnorm / (norm + 1e-7), 1.0)
 
 
-@saves("input", "other")
+@saves("input", "other", vjp=torch_formulas.fmax)
 def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """maximum, but a NaN loses to a number (NaN only where both are). The gradient goes whole to the
     operand picked, to input at a tie, as PyTorch's (maximum splits a tie evenly instead)."""

@@ -357,7 +357,7 @@ class TensorMath:
         return self._float_unary("tan")
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-    @saves("self", "other")
+    @saves("self", "other", vjp=torch_formulas.xlogy)
     def xlogy(self, other):
         """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
         dt = result_type(self, other)  # both in the promoted dtype (integers: the default float), as torch's

@@ -5,7 +5,9 @@ the ops, g is the result's cotangent, `saved` the values torch's node saved as t
 (a write through .data since: the new values), `args` the tensor arguments as the composite read them,
 `given` the call's other arguments. flame differentiates a composite through its own ops, which gives
 the same gradient while nothing changed what torch's node saved; these run only where a write through
-.data did (data_writes.composite_vjp). f16 / bf16 compute in f32 and round once, as torch's kernels."""
+.data did (data_writes.composite_vjp). softmax, log_softmax, var, std, softplus, sinc and layer_norm
+compute an f16 / bf16 gradient in f32 and round it once, as torch's kernels; the others compute in the
+saved values' dtype."""
 
 from __future__ import annotations
 
@@ -100,30 +102,41 @@ def prod(b, g, saved, args, given) -> dict:
 
 
 def vector_norm(b, g, saved, args, given) -> dict:
-    """norm_backward on the saved input and result: sgn(x) * g for ord 1, g * x / norm for ord 2 (0 where the
-    norm is 0), the share of the elements at the norm for ord +-inf, x * |x|^(p-2) * g / norm^(p-1) for other
-    ords, as torch's."""
+    """norm_backward on the saved input and result."""
     x, norm = saved["input"], saved["result"]
-    p, rank = float(given["ord"]), x.type.rank
-    axes = reduce_axes(given["dim"], rank, "vector_norm")
-    x = _to(b, x, norm)
-    g, norm = (_kept(b, v, x.shape, axes, given["keepdim"]) for v in (g, norm))
+    axes = reduce_axes(given["dim"], x.type.rank, "vector_norm")
+    return {"input": _norm_backward(b, g, _to(b, x, norm), norm, float(given["ord"]), axes, given["keepdim"])}
+
+
+def _norm_backward(b, g, x: Value, norm: Value, p: float, axes, keepdim: bool) -> Value | None:
+    """norm_backward: sgn(x) * g for ord 1, g * x / norm for ord 2 (0 where the norm is 0), the share of the
+    elements at the norm for ord +-inf, x * |x|^(p-2) * g / norm^(p-1) for other ords (0 where the norm is 0;
+    below 1, sgn(x) |x|^(p-1) g norm^(1-p), 0 at x = 0); None for ord 0."""
+    g, norm = (_kept(b, v, x.shape, axes, keepdim) for v in (g, norm))
     if p == 0:
-        return {"input": None}
+        return None
     if p == 1:
-        return {"input": b.mul(b.sign(x), g)}
+        return b.mul(b.sign(x), g)
     if p == 2:
-        return {"input": b.mul(g, b.where(b.eq(norm, 0.0), 0.0, b.div(x, norm)))}
+        return b.mul(g, b.where(b.eq(norm, 0.0), 0.0, b.div(x, norm)))
     if np.isinf(p):
         a = b.abs(x)
         hit = b.cast(b.logical_or(b.eq(a, norm), b.ne(a, a)), dtype=x.dtype)
-        return {"input": b.mul(b.sign(x), b.mul(b.div(g, _sum(b, hit, axes)), hit))}
+        return b.mul(b.sign(x), b.mul(b.div(g, _sum(b, hit, axes)), hit))
     if p < 1:
         scaled = b.mul(b.sign(x), b.where(b.eq(x, 0.0), 0.0, b.pow(b.abs(x), p - 1)))
-        return {"input": b.mul(b.mul(scaled, g), b.pow(norm, 1 - p))}
+        return b.mul(b.mul(scaled, g), b.pow(norm, 1 - p))
     scaled = b.mul(b.sign(x), b.pow(b.abs(x), p - 1)) if p < 2 else b.mul(x, b.pow(b.abs(x), p - 2))
-    scale = b.where(b.eq(norm, 0.0), 0.0, b.div(g, b.pow(norm, p - 1)))
-    return {"input": b.mul(scaled, scale)}
+    return b.mul(scaled, b.where(b.eq(norm, 0.0), 0.0, b.div(g, b.pow(norm, p - 1))))
+
+
+def dist(b, g, saved, args, given) -> dict:
+    """dist's backward: norm_backward of self - other (the saved inputs) with the saved result, to self;
+    negated to other."""
+    norm = saved["result"]
+    x = _to(b, b.sub(saved["input"], saved["other"]), norm)
+    grad = _norm_backward(b, g, x, norm, float(given["p"]), tuple(range(x.type.rank)), False)
+    return {"input": grad, "other": None if grad is None else b.neg(grad)}
 
 
 def _var_backward(b, g, x: Value, given, op: str) -> Value:
@@ -148,9 +161,22 @@ def std(b, g, saved, args, given) -> dict:
     return {"self": _var_backward(b, half, saved["self"], given, "std")}
 
 
+def weight_saved(given: dict) -> tuple:
+    """What torch's functional mse_loss / huber_loss with weight= saves of the weight: its mul of the
+    unreduced loss by the weight saves the weight where that loss requires grad (its input or target
+    does)."""
+    x, t = given.get("input"), given.get("target")
+    wants = any(getattr(v, "requires_grad", False) for v in (x, t))
+    return ("weight",) if given.get("weight") is not None and wants else ()
+
+
 def mse_loss(b, g, saved, args, given) -> dict:
     """mse_loss_backward: (2 / numel for a mean, else 2) * (input - target) * g, to input and, negated, to
-    target (the saved input and target)."""
+    target (the saved input and target). With weight, torch's functional: the squared difference (as the
+    forward computed it) times the weight (as its mul saved it), summed over the summed weights for a mean
+    (_weighted_mse)."""
+    if "weight" in args:
+        return _weighted_mse(b, g, saved, args, given["reduction"])
     x, t = saved["input"], saved["target"]
     d = b.sub(x, t)
     if given["reduction"] == "mean":
@@ -159,6 +185,21 @@ def mse_loss(b, g, saved, args, given) -> dict:
         scale = 2.0
     grad = b.mul(b.mul(d, g), scale)
     return {"input": grad, "target": b.neg(grad)}
+
+
+def _weighted_mse(b, g, saved, args, reduction: str) -> dict:
+    d = b.sub(args["input"], args["target"])
+    sq, w = b.mul(d, d), args["weight"]
+    if reduction == "mean":
+        total = b.reduce_sum(w, axes=list(range(w.type.rank)), keepdim=False)
+        ge = _mean_scale(b, b.div(g, total), d, "sum")
+        ratio = b.div(b.reduce_sum(b.mul(sq, w), axes=list(range(w.type.rank)), keepdim=False), total)
+        gw = b.sub(b.mul(ge, sq), _mean_scale(b, b.div(b.mul(g, ratio), total), d, "sum"))
+    else:
+        ge = _mean_scale(b, g, d, reduction)
+        gw = b.mul(ge, sq)
+    gin = b.mul(b.mul(d, b.mul(ge, saved.get("weight", w))), 2.0)
+    return {"input": gin, "target": b.neg(gin), "weight": gw}
 
 
 def layer_norm(b, g, saved, args, given) -> dict:
@@ -186,3 +227,126 @@ def layer_norm(b, g, saved, args, given) -> dict:
                   b.mul(xhat, b.reduce_mean(b.mul(gx, xhat), axes=axes, keepdim=True)))
     got["input"] = b.mul(rstd, inner)
     return got
+
+
+def _mean_scale(b, g: Value, like: Value, reduction: str) -> Value:
+    """A loss's cotangent per element of `like`: g over its element count for a mean, g for a sum (both
+    broadcast), g itself for no reduction."""
+    if reduction == "none":
+        return g
+    if reduction == "mean":
+        g = b.div(g, float(max(int(np.prod(like.shape)), 1)))
+    return b.broadcast_to(b.reshape(g, shape=(1,) * like.type.rank), shape=like.shape) if like.type.rank else g
+
+
+def huber_loss(b, g, saved, args, given) -> dict:
+    """huber_loss_backward on the saved input and target: d = input - target; g * delta * sgn(d) where |d|
+    exceeds delta, else g * d (over the element count for a mean); negated to target. With weight, as
+    torch's functional: the unreduced loss times weight (which its mul saves), reduced."""
+    d = b.sub(saved["input"], saved["target"])
+    delta = float(given["delta"])
+    weight = saved.get("weight")
+    ge = _mean_scale(b, g, d, given["reduction"])
+    gw = b.mul(ge, weight) if weight is not None else ge
+    grad = b.where(b.lt(d, -delta), b.mul(gw, -delta), b.where(b.gt(d, delta), b.mul(gw, delta), b.mul(d, gw)))
+    got = {"input": grad, "target": b.neg(grad)}
+    if weight is not None:
+        d0 = b.sub(args["input"], args["target"])
+        a = b.abs(d0)
+        loss = b.where(b.lt(a, delta), b.mul(b.mul(d0, d0), 0.5), b.mul(b.sub(a, 0.5 * delta), delta))
+        got["weight"] = b.mul(ge, loss)
+    return got
+
+
+def smooth_l1_loss(b, g, saved, args, given) -> dict:
+    """smooth_l1_loss_backward on the saved input and target: d = input - target; g * sgn(d) where |d|
+    exceeds beta, else g * d / beta (beta 0: g * sgn(d)), over the element count for a mean; negated to
+    target."""
+    d = b.sub(saved["input"], saved["target"])
+    beta = float(given["beta"])
+    ge = _mean_scale(b, g, d, given["reduction"])
+    if beta == 0:
+        grad = b.mul(b.sign(d), ge)
+    else:
+        grad = b.where(b.lt(d, -beta), b.neg(ge), b.where(b.gt(d, beta), ge, b.div(b.mul(d, ge), beta)))
+    return {"input": grad, "target": b.neg(grad)}
+
+
+def _log_sigmoid(b, z: Value) -> Value:
+    """log(sigmoid(z)) = min(z, 0) - log(1 + exp(-|z|))."""
+    return b.sub(b.minimum(z, 0.0), b.log(b.add(b.exp(b.neg(b.abs(z))), 1.0)))
+
+
+def binary_cross_entropy_with_logits(b, g, saved, args, given) -> dict:
+    """binary_cross_entropy_with_logits_backward and its target backward on the saved input, target,
+    weight and pos_weight: (sigmoid(x) - t) g, or ((p t + 1 - t) sigmoid(x) - p t) g with pos_weight p, to
+    input; -x g, or (log_sigmoid(-x) - p log_sigmoid(x)) g, to target; times weight, over the element
+    count for a mean."""
+    x, t = saved["input"], saved["target"]
+    pos, weight = saved.get("pos_weight"), saved.get("weight")
+    ge = _mean_scale(b, g, x, given["reduction"])  # (target has input's size, as torch requires)
+    if weight is not None:
+        ge = b.mul(ge, weight)
+    s = b.sigmoid(x)
+    if pos is None:
+        gin, gt = b.sub(s, t), b.neg(x)
+    else:
+        pt = b.mul(pos, t)
+        gin = b.sub(b.mul(b.sub(b.add(pt, 1.0), t), s), pt)
+        gt = b.sub(_log_sigmoid(b, b.neg(x)), b.mul(_log_sigmoid(b, x), pos))
+    return {"input": b.mul(gin, ge), "target": b.mul(gt, ge)}
+
+
+def softplus(b, g, saved, args, given) -> dict:
+    """softplus_backward on the saved input: g where beta * x exceeds threshold, else g * z / (z + 1) with
+    z = exp(beta * x)."""
+    x = _wide(b, saved["input"])
+    bx = b.mul(x, float(given["beta"]))
+    z = b.exp(bx)
+    gw = _wide(b, g)
+    grad = b.where(b.gt(bx, float(given["threshold"])), gw, b.div(b.mul(gw, z), b.add(z, 1.0)))
+    return {"input": _to(b, grad, g)}
+
+
+def sinc(b, g, saved, args, given) -> dict:
+    """sinc's backward on the saved input: g * (pi x cos(pi x) - sin(pi x)) / (pi x^2), 0 at x = 0."""
+    x = _wide(b, saved["input"])
+    x = b.cast(x, dtype=g.dtype) if not x.dtype.is_float else x
+    px = b.mul(x, float(np.pi))
+    d = b.div(b.sub(b.mul(px, b.cos(px)), b.sin(px)), b.mul(px, x))
+    return {"input": _to(b, b.mul(_wide(b, g), b.where(b.eq(x, 0.0), 0.0, d)), g)}
+
+
+def logaddexp2(b, g, saved, args, given) -> dict:
+    """logaddexp2's backward on the saved inputs: g / (1 + 2^(other - input)) to input, g / (1 + 2^(input -
+    other)) to other."""
+    x, y = saved["input"], saved["other"]
+    return {"input": b.div(g, b.add(b.pow(2.0, b.sub(y, x)), 1.0)),
+            "other": b.div(g, b.add(b.pow(2.0, b.sub(x, y)), 1.0))}
+
+
+def copysign(b, g, saved, args, given) -> dict:
+    """copysign_tensor_self_backward on the saved input and result: g * result / input, 0 where input is 0;
+    zeros to other."""
+    got = {"other": b.mul(g, 0.0)}
+    if "input" in saved:
+        x, res = saved["input"], saved["result"]
+        got["input"] = b.mul(g, b.where(b.eq(x, 0.0), 0.0, b.div(res, _to(b, x, res))))
+    return got
+
+
+def fmax(b, g, saved, args, given) -> dict:
+    """fmax's backward on the saved inputs: g to input where input >= other or other is NaN, else to other."""
+    x, y = saved["input"], saved["other"]
+    first = b.logical_or(b.ge(x, y), b.ne(y, y))
+    return {"input": b.where(first, g, 0.0), "other": b.where(first, 0.0, g)}
+
+
+def xlogy(b, g, saved, args, given) -> dict:
+    """xlogy's backward on the saved inputs: xlogy(g, other), 0 where self is 0 and other <= 0, to self;
+    g * self / other to other."""
+    x = saved["self"]
+    y = saved["other"] if "other" in saved else b.const(float(given["other"]), g.dtype)  # (a number)
+    glog = b.where(b.logical_and(b.eq(g, 0.0), b.eq(y, y)), 0.0, b.mul(g, b.log(y)))
+    return {"self": b.where(b.logical_and(b.eq(x, 0.0), b.le(y, 0.0)), 0.0, glog),
+            "other": b.div(b.mul(g, x), y)}

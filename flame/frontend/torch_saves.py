@@ -41,7 +41,8 @@ _inside: ContextVar[bool] = ContextVar("flame_torch_saves_inside", default=False
 class Formula:
     """torch's backward formula of one call of a composite (`saves`' vjp, `given`: the call's other
     arguments), its tensor arguments `args` by parameter name (eagerly (tensor, its version then, a node of
-    the composite that read it, the position there), while tracing their Values) and the names of those
+    the composite that read it and the position there, or None, None where no op that recorded a gradient
+    read it), while tracing their Values) and the names of those
     torch's node saved (`saved`, "result" among them where it saved its result)."""
 
     fn: Callable
@@ -104,7 +105,7 @@ def saves(*what, name: str | None = None, vjp: Callable | None = None) -> Callab
                 node, readers = _mark_eager(out, tensors.values(), Declared(label, tuple((t, t._version) for t in kept),
                                                                             "result" in picked))
                 if formula is not None:
-                    args = tuple((k, (t, t._version, *readers[id(t)])) for k, t in tensors.items() if id(t) in readers)
+                    args = tuple((k, (t, t._version, *readers.get(id(t), (None, None)))) for k, t in tensors.items())
                     node.torch_saves = replace(node.torch_saves, formula=replace(formula, args=args))
             return out
 

@@ -1,9 +1,11 @@
 """Gradients after a write through `.data` into what torch's node of a composite saved (frontend/
-torch_formulas.py): softmax's, log_softmax's, prod's and a norm's result, logsumexp's and std's input and
-result, var's, mse_loss's and layer_norm's inputs. torch's backward reads the new values through its own
-formula; flame's, which differentiates the composite through its ops, takes torch's formula there. A
-write into the result and into each input (a leaf, and a tensor with a history), eagerly, inside
-@flame.compile, and with the backward outside a compiled forward. Against torch in float64."""
+torch_formulas.py): softmax's, log_softmax's, prod's and a norm's result, logsumexp's, std's, dist's and
+copysign's input and result, the inputs of var, mse_loss, layer_norm, softplus, huber_loss,
+smooth_l1_loss, binary_cross_entropy_with_logits, sinc, logaddexp2, fmax and xlogy. torch's backward
+reads the new values through its own formula; flame's, which differentiates the composite through its
+ops, takes torch's formula there. A write into the result and into each input (a leaf, and a tensor
+with a history), eagerly, inside @flame.compile, and with the backward outside a compiled forward.
+Against torch in float64."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import flame
 
 RNG = np.random.default_rng(1)
 X, Y, C = RNG.uniform(0.2, 0.9, (3, 4)), RNG.uniform(0.3, 0.8, (3, 4)), RNG.uniform(-1, 1, (3, 4))
-W, BIAS = RNG.uniform(0.5, 1.5, 4), RNG.uniform(-1, 1, 4)
+W, BIAS, V = RNG.uniform(0.5, 1.5, 4), RNG.uniform(-1, 1, 4), RNG.uniform(0.5, 1.5, (3, 4))
 
 
 def _f(lib):
@@ -44,8 +46,26 @@ OPS = {  # name: (operands, the op on lib's tensors)
     "mse_loss": ((X, Y), lambda lib, x, y: _f(lib).mse_loss(x, y)),
     "mse_loss none": ((X, Y), lambda lib, x, y: _f(lib).mse_loss(x, y, reduction="none")),
     "mse_loss sum": ((X, Y), lambda lib, x, y: _f(lib).mse_loss(x, y, reduction="sum")),
+    "mse_loss weighted": ((X, Y, V), lambda lib, x, y, w: _f(lib).mse_loss(x, y, weight=w)),
+    "mse_loss weighted sum": ((X, Y, V), lambda lib, x, y, w: _f(lib).mse_loss(x, y, reduction="sum", weight=w)),
     "layer_norm": ((X,), lambda lib, x: _f(lib).layer_norm(x, (4,))),
     "layer_norm affine": ((X, W, BIAS), lambda lib, x, w, b: _f(lib).layer_norm(x, (4,), w, b)),
+    "softplus": ((X,), lambda lib, x: _f(lib).softplus(x * 4 - 2, beta=2.0, threshold=1.0)),
+    "huber_loss": ((X, Y), lambda lib, x, y: _f(lib).huber_loss(x, y, delta=0.1)),
+    "huber_loss weighted": ((X, Y, V), lambda lib, x, y, w: _f(lib).huber_loss(x, y, "none", 0.1, w)),
+    "smooth_l1_loss": ((X, Y), lambda lib, x, y: _f(lib).smooth_l1_loss(x, y, reduction="sum", beta=0.1)),
+    "smooth_l1_loss beta 0": ((X, Y), lambda lib, x, y: _f(lib).smooth_l1_loss(x, y, reduction="none", beta=0.0)),
+    "bce_with_logits": ((X, Y), lambda lib, x, y: _f(lib).binary_cross_entropy_with_logits(x * 4 - 2, y)),
+    "bce_with_logits weights": ((X, Y), lambda lib, x, y: _f(lib).binary_cross_entropy_with_logits(
+        x * 4 - 2, y, weight=lib.tensor(W, dtype=lib.float64), pos_weight=lib.tensor(W[::-1].copy(), dtype=lib.float64),
+        reduction="none")),
+    "dist": ((X, Y), lambda lib, x, y: lib.dist(x, y)),
+    "dist p 3": ((X, Y), lambda lib, x, y: lib.dist(x, y, 3)),
+    "sinc": ((X,), lambda lib, x: lib.sinc(x)),
+    "logaddexp2": ((X, Y), lambda lib, x, y: lib.logaddexp2(x, y)),
+    "copysign": ((X, Y), lambda lib, x, y: lib.copysign(x, y - 0.5)),
+    "fmax": ((X, Y), lambda lib, x, y: lib.fmax(x, y)),
+    "xlogy": ((X, Y), lambda lib, x, y: lib.xlogy(x, y)),
 }
 CASES = [(name, where, made) for name, (xs, _) in OPS.items() for where in ("result", *range(len(xs)))
          for made in (False, True)]

@@ -46,6 +46,10 @@ BINARY = {
     "copysign": lambda lib, a, b: lib.copysign(a, b),
     "dist": lambda lib, a, b: lib.dist(a, b),
     "mse_loss": lambda lib, a, b: _f(lib).mse_loss(a, b),
+    # with weight=, torch's functional multiplies the unreduced loss by the weight, whose mul saves it
+    "huber_loss weight": lambda lib, a, b: _f(lib).huber_loss(a, lib.ones(3, 4, dtype=lib.float64) * 0.5,
+                                                              weight=b, delta=0.3),
+    "mse_loss weight": lambda lib, a, b: _f(lib).mse_loss(a, lib.ones(3, 4, dtype=lib.float64) * 0.5, weight=b),
     "kl_div": lambda lib, a, b: _f(lib).kl_div(a, b),
     "prelu": lambda lib, a, b: _f(lib).prelu(a, b[0, :1]),
 }
