@@ -30,10 +30,10 @@ from typing import NamedTuple
 
 from flame._identity import ByIdentity
 from flame.errors import AutogradError
+from flame.frontend.data_writes import shares_storage
 from flame.frontend.saved import saves_nothing, torch_saved
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import moved_since
-from flame.ir import registry
 from flame.ir.graph import CheckpointLoc, Op, Value
 
 _COUNTED = ByIdentity()  # the marked stand-ins
@@ -161,7 +161,7 @@ def refuse(op, node, t: Tensor, inputs: list) -> None:
 
 
 def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: set[Value],
-            declared: dict, regions: dict) -> tuple | None:
+            declared: dict, regions: dict, data_links: set = frozenset()) -> tuple | None:
     """Of the traced ops in `used` (a backward runs them; `ops`: every op of the graph, in the order
     recorded), the first whose node saved (torch_saved) a value a counted write replaced since
     (`counted`: Trace.counted, each with the number of ops recorded before the write), or a view of one, as
@@ -169,14 +169,14 @@ def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: 
     asked for, as the eager backward's first refused node (autograd._rebuild): (its name, its location), or None if none
     does. `declared`: Trace.torch_saves, what torch's node saved for the ops of a composite it records as
     one node (torch_saves.py): the composite's name and what it saved in place of the op's. `regions`:
-    Trace.checkpoint_args, the RegionArgs of each checkpoint region, by its number."""
+    Trace.checkpoint_args, the RegionArgs of each checkpoint region, by its number. A view, or detach()'s
+    result (not `.data`'s: Trace.data_links), taken before the write shares the written value's counter."""
     if not counted or saves_nothing():  # (saves_nothing: as refuse's)
         return None
     before = dict(counted)  # value -> the ops before this index saw it as it was
     for i, op in enumerate(ops):
-        view = registry.get(op.name).view
-        if view is not None and view.strided is not None and op.inputs and op.inputs[0] in before \
-                and i < before[op.inputs[0]]:  # a view shares its base's storage and version
+        if op.inputs and op.inputs[0] in before and i < before[op.inputs[0]] and shares_storage(op.name) \
+                and op.out not in data_links:  # a view (or detach()'s alias) shares its base's storage and version
             before.setdefault(op.out, before[op.inputs[0]])
         if op not in used:
             continue

@@ -51,7 +51,7 @@ def _live(t) -> tuple | None:
     return _LIVE.get(t) if isinstance(t, Tensor) else None
 
 
-def _shares_storage(name: str) -> bool:
+def shares_storage(name: str) -> bool:
     """The op makes a view of its first input as torch's (its result shares the input's storage)."""
     if name == STOP_GRADIENT.name:  # what detach() records while tracing
         return True
@@ -82,7 +82,7 @@ def follow_writes(node, t: Tensor, inputs: list, b, vals: dict, leaves: list, co
     the node keeps a stand-in for, its version unchanged: node.olds; or a tensor with a value in `now`):
     now[id(t)] = t's view op applied to the source as it is now, what a VJP that reads t reads, as torch's
     saved view shares the storage. b: the rebuilt graph's Builder; vals: its tensors' values."""
-    if t._base is None or not inputs or not isinstance(inputs[0], Tensor) or not _shares_storage(node.name):
+    if t._base is None or not inputs or not isinstance(inputs[0], Tensor) or not shares_storage(node.name):
         return
     src = node.inputs[0]
     if node.olds and 0 in node.olds and src._version == node.versions[0]:  # a leaf written through .data
@@ -129,7 +129,7 @@ def traced_live_reads(g: Graph, written: dict[Value, Value], b=None, declared: d
         if op.out in written:
             sub.setdefault(op, {})[-1] = written[op.out]
         if b is not None and op.inputs and op.inputs[0] in written and op.out not in written \
-                and _shares_storage(op.name):
+                and shares_storage(op.name):
             written[op.out] = b.emit(op.name, written[op.inputs[0]], *op.inputs[1:], **op.attrs)
     got = {op: composite_vjp(op, d.formula, dict(d.formula.args), written)
            for op, d in (declared or {}).items() if d.formula is not None}

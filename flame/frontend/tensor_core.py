@@ -45,6 +45,8 @@ class TensorCore:
         if self._value is not None or (trace is not None and trace.current.get(id(self), (None,))[0] is self):
             out = apply("stop_gradient", self)
             link(out, self, opdef("stop_gradient"), link_attrs)
+            if link_attrs is DATA_LINK:  # its own version counter, as torch's .data
+                trace.data_links.add(out._value)
             return out
         out = Tensor._concrete(self._data, self._dtype)
         # as torch's: the same storage and version counter; a view of self's base, so a write through it

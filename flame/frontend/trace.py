@@ -131,6 +131,9 @@ class Trace:
     # values a write torch's version counter counts replaced (with a gradient recorded, under no_grad, through
     # detach()): a backward running an op recorded before the write that saved one raises (counted_writes.py)
     counted: dict = field(default_factory=dict)  # value -> the number of ops recorded before the write
+    # values `.data` made (a stop_gradient sharing its input's storage but not its version counter, unlike
+    # detach()'s): a counted write into the input is none into them (counted_writes.refused)
+    data_links: set = field(default_factory=set)
     # value -> the number of ops recorded before an in-place op on it began (indexing.stand_in): its own ops
     # come after, and read the value as torch's node reads what it clones (counted_writes.mark)
     write_begun: dict = field(default_factory=dict)
@@ -419,7 +422,8 @@ class Trace:
         as torch's backward reads the storage."""
         if self.counted:
             used, carries = ops or self._backward_ops(root, wrt)
-            found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves, self.checkpoint_args)
+            found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves, self.checkpoint_args,
+                            self.data_links)
             if found is not None:
                 raise saved_modified_error(*found)
         live, composites = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()},
@@ -471,7 +475,7 @@ class Trace:
         for k in needs:
             used, carries = self._backward_ops(outputs[k], leaves)
             found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves,
-                        self.checkpoint_args)
+                            self.checkpoint_args, self.data_links)
             if found is not None:
                 got.append((k, *found))
         return tuple(got)

@@ -49,18 +49,8 @@ def _eager_message(forward, write, loss) -> str:
     return str(e.value)
 
 
-_DETACHED = pytest.mark.xfail(reason="while tracing, a counted write into y (no_grad, detach()) after a node saved "
-                               "y.detach() is not seen: the backward gives gradients where torch raises")
-# the cases whose counted write a `y * y.detach()` loss misses compiled (a write through .data is read)
-_MISSED = {"x + 1, detach().mul_", "x * 2, no_grad add_", "x.exp() + 1, no_grad add_"}
-
-
-def _marked(case: str, loss: str):
-    return pytest.param(case, loss, marks=_DETACHED) if loss == "y * y.detach()" and case in _MISSED else (case, loss)
-
-
 @pytest.mark.parametrize("inside", [True, False], ids=["backward inside", "backward outside"])
-@pytest.mark.parametrize(("case", "loss"), [_marked(c, k) for c in CASES for k in LOSSES])
+@pytest.mark.parametrize(("case", "loss"), [(c, k) for c in CASES for k in LOSSES])
 def test_counted_write_compiled(case, loss, inside):
     forward, write = CASES[case]
     want = _run_eager(torch, forward, write, LOSSES[loss])
