@@ -608,13 +608,21 @@ def _keeping_history(trace, old, new, counted: bool):
     saved old's value raises (frontend/counted_writes.py)."""
     token = grad_enabled.set(True)  # (enable_grad's block, without the manager object)
     try:
+        if counted:  # (old may require no grad: a node that read it, as mul's other operand, saved it all the same)
+            mark_counted(old, trace)
         if not trace.requires_grad(old):
             return apply("stop_gradient", new)
-        if counted:
-            mark_counted(old, trace)
         return apply("straight_through", old, new)
     finally:
         grad_enabled.reset(token)
+
+
+def _shares_counter(o, t) -> bool:
+    """o is t, or a view or detach() of t or of what t is a view of (not one through .data): torch's
+    version counter of the two is one."""
+    if not isinstance(o, Tensor) or through_data(o) and not through_data(t):
+        return False
+    return (o._base if o._base is not None else o) is (t._base if t._base is not None else t)
 
 
 def stand_in(t, *others):
@@ -624,7 +632,9 @@ def stand_in(t, *others):
     if t._base is not None and stale(t):
         fresh(t)
     trace = current_trace.get()
-    if trace is not None and grad_enabled.get():  # the write's own ops come after (counted_writes.mark)
+    if trace is not None and grad_enabled.get() and not any(_shares_counter(o, t) for o in others):
+        # the write's own ops come after (counted_writes.mark); where an operand is t, a view or detach() of
+        # it (y.mul_(y)), torch's node saved that operand as it is, and the write changes it: they count
         v = trace.value_of(t)
         trace.write_begun.setdefault(v, len(trace.graph.ops))
     if trace is not None or t._value is not None or not grad_enabled.get() \

@@ -78,7 +78,8 @@ def test_eager(config, target):
     _check(_run(torch, config, target), _run(flame, config, target), rtol=1e-10)
 
 
-COMPILED = [(c, t) for c, t in CASES if c in ("fused", "value head size, causal, one key", "3-d") and t != "mask"]
+COMPILED = [(c, t) for c, t in CASES
+            if c in ("fused", "value head size, causal, one key", "3-d", "float mask", "bool mask")]
 
 
 @pytest.mark.parametrize("config,target", COMPILED, ids=[f"{c}-{t}" for c, t in COMPILED])

@@ -1,0 +1,181 @@
+"""Counted writes (with a gradient recorded, under no_grad, through detach()) that torch's backward refuses
+because its node saved the tensor written, and their neighbours it lets through, eagerly and inside
+@flame.compile (backward inside, and outside on the compiled result):
+- an in-place op whose operand is the tensor it writes (y.mul_(y), y.mul_(y.detach()), y.addcmul_(y, w)):
+  its node saved that operand as it is, and the write changes it (self alone it clones);
+- a tensor that requires no grad made in the body, saved by the node that read it (mul's other operand,
+  scaled_dot_product_attention's float mask on its fused CPU path; not on the math path, which a mask that
+  requires grad or 3-d operands take, nor by hand-written attention, whose add saves nothing).
+Against torch in float64."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+MODIFIED = "modified by an inplace operation"
+X = np.array([[0.3, -0.2, 0.5, 0.1], [0.7, 0.2, -0.4, 0.9], [0.1, 0.0, 0.6, -0.3]])
+
+
+def _no_grad(lib, y, write):
+    with lib.no_grad():
+        write(y)
+
+
+# ---- an in-place op reading the tensor it writes ----------------------------------------------------------
+
+def _exp_mul_itself(lib, x):
+    y = x.exp()
+    y.mul_(y)
+    return y.sum()
+
+
+def _mul_itself(lib, x):
+    y = x * 2
+    y.mul_(y)
+    return y.sum()
+
+
+def _imul_itself(lib, x):
+    y = x * 2
+    y *= y
+    return y.sum()
+
+
+def _div_itself(lib, x):
+    y = x * 2
+    y.div_(y)
+    return y.sum()
+
+
+def _pow_itself(lib, x):
+    y = x.abs() + 1
+    y.pow_(y)
+    return y.sum()
+
+
+def _mul_its_detached(lib, x):
+    y = x * 2
+    y.mul_(y.detach())  # detach() shares y's version counter
+    return y.sum()
+
+
+def _view_mul_another_view(lib, x):
+    y = x * 2
+    y[:1].mul_(y[1:2])  # the two views share y's counter
+    return y.sum()
+
+
+def _addcmul_itself(lib, x):
+    y = x * 2
+    y.addcmul_(y, x * 1)  # tensor1 saved for tensor2's gradient
+    return y.sum()
+
+
+def _addcmul_itself_by_a_constant(lib, x):
+    y = x * 2
+    y.addcmul_(y, lib.ones_like(x) * 3)  # tensor2 requires no grad: tensor1 is not saved
+    return y.sum()
+
+
+def _add_itself(lib, x):  # add saves nothing
+    y = x * 2
+    y.add_(y)
+    return y.sum()
+
+
+def _mul_by_a_number(lib, x):  # the op's own node clones y
+    y = x * 2
+    y.mul_(3)
+    return (y * y).sum()
+
+
+# ---- a tensor that requires no grad, saved ----------------------------------------------------------------
+
+def _constant_saved_by_mul(lib, x):
+    c = lib.ones_like(x) * 2
+    z = x * c  # mul saves c for x's gradient
+    _no_grad(lib, c, lambda c: c.add_(1))
+    return z.sum()
+
+
+def _constant_read_by_add(lib, x):
+    c = lib.ones_like(x) * 2
+    z = x + c
+    c.detach().mul_(2)
+    return z.sum()
+
+
+def _attention(lib, x, mask_grad: bool, rank: int, hand: bool, write):
+    q = x.reshape((1, 1, 3, 4) if rank == 4 else (1, 3, 4))
+    m = lib.tensor(X[:, :3] * 2, dtype=lib.float64, requires_grad=mask_grad) * 1
+    if hand:
+        s = q @ (q * 1.5).transpose(-1, -2) / 2.0 + m
+        out = s.softmax(-1) @ (q * 0.5)
+    else:
+        out = lib.nn.functional.scaled_dot_product_attention(q, q * 1.5, q * 0.5, attn_mask=m)
+    write(lib, m)
+    return (out * out).sum()
+
+
+def _add_1(lib, t):
+    _no_grad(lib, t, lambda t: t.add_(1))
+
+
+def _detach_mul_2(lib, t):
+    t.detach().mul_(2)
+
+
+ATTENTION = {f"{'hand-written' if hand else 'sdpa'} {rank}-d, mask {'learned' if g else 'constant'}, {wn}":
+             functools.partial(_attention, mask_grad=g, rank=rank, hand=hand, write=w)
+             for hand in (False, True) for rank in (3, 4) for g in (False, True)
+             for wn, w in (("no_grad add_", _add_1), ("detach().mul_", _detach_mul_2))}
+
+
+PROGRAMS = {
+    **{f.__name__.strip("_"): f for f in (
+        _exp_mul_itself, _mul_itself, _imul_itself, _div_itself, _pow_itself, _mul_its_detached,
+        _view_mul_another_view, _addcmul_itself, _addcmul_itself_by_a_constant, _add_itself,
+        _mul_by_a_number, _constant_saved_by_mul, _constant_read_by_add)},
+    **ATTENTION,
+}
+
+
+def _grad(lib, body, way: str):
+    """x's gradient, or None where the backward raises torch's error (its message checked)."""
+    x = lib.tensor(X, dtype=lib.float64, requires_grad=True)
+    try:
+        if way == "eager":
+            body(lib, x).backward()
+        elif way == "backward inside":
+            flame.compile(lambda x: body(flame, x).backward())(x)
+        else:
+            flame.compile(lambda x: body(flame, x))(x).backward()
+    except RuntimeError as e:
+        assert MODIFIED in str(e), e
+        if lib is flame:  # the line that recorded the node
+            assert "test_counted_writes_like_torch.py" in str(e), e
+        return None
+    return np.asarray(x.grad.tolist())
+
+
+@pytest.mark.parametrize("way", ["eager", "backward inside", "backward outside"])
+@pytest.mark.parametrize("program", list(PROGRAMS))
+def test_counted_write_like_torch(program, way):
+    want, got = _grad(torch, PROGRAMS[program], "eager"), _grad(flame, PROGRAMS[program], way)
+    if want is None:
+        assert got is None, f"torch raises; flame gave {got}"
+    else:
+        assert got is not None, "flame raises where torch does not"
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("program", ["mul_itself", "sdpa 4-d, mask constant, no_grad add_"])
+def test_torch_raises_for_these(program):
+    """The oracle: these are writes torch refuses (a table that silently stopped raising would test nothing)."""
+    assert _grad(torch, PROGRAMS[program], "eager") is None
