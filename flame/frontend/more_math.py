@@ -548,6 +548,7 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return apply("hypot", input, other)
 
 
+@saves("input", "min", "max")  # torch's ClampBackward0 / ClampBackward1: the input and the tensor bounds
 def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
     """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
     result is max; NaN stays NaN, and a NaN bound makes the result NaN. The gradient goes to x where

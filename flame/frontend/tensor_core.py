@@ -21,7 +21,7 @@ from flame.frontend.dispatch import apply, share_readers, tell_recorder
 from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, tensor_sequence, wrapped
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index, reduce_axes
-from flame.frontend.torch_saves import saves
+from flame.frontend.torch_saves import of_every_element, saves
 from flame.frontend.views import bump, link, new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i16, i32, i64, u8
 from flame.ir.registry import get as opdef
@@ -397,6 +397,7 @@ class TensorCore:
             return self.to(u8).amin(dim, keepdim).to(boolean)
         return apply("reduce_min", self, axes=reduce_axes(dim, self.ndim, "amin"), keepdim=keepdim)
 
+    @saves(of_every_element)
     def max(self, dim: int | None = None, keepdim: bool = False):
         """max() of all elements; max(dim) -> (values, indices); max(other): the elementwise maximum."""
         if isinstance(dim, Tensor):
@@ -406,6 +407,7 @@ class TensorCore:
         ranked = self.to(u8) if self.dtype == boolean else self  # bool: the indices of its 0/1 values
         return _picked("max", self, ranked.argmax(dim, keepdim), dim, keepdim)
 
+    @saves(of_every_element)
     def min(self, dim: int | None = None, keepdim: bool = False):
         """min() of all elements; min(dim) -> (values, indices); min(other): the elementwise minimum."""
         if isinstance(dim, Tensor):

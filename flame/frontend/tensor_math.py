@@ -26,7 +26,7 @@ from flame.frontend.promotion import alpha_check, coefficient, result_type, same
 from flame.frontend.tensor import Tensor, dim_index, int_arg, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
-from flame.frontend.torch_saves import saves
+from flame.frontend.torch_saves import of_every_element, saves
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, i64, u8
 
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
@@ -459,6 +459,7 @@ class TensorMath:
         return KthvalueResult(values, indices)
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+    @saves(of_every_element)
     def median(self, dim: int | None = None, keepdim: bool = False):
         """The lower median (the ((n + 1) // 2)-th smallest): of every element when dim is None, else
         (values, indices) along dim, as torch.median."""
@@ -487,6 +488,7 @@ class TensorMath:
         first, at_nan = (first, at_nan) if keepdim else (first.squeeze(axis), at_nan.squeeze(axis))
         return MedianResult(where(has, at_nan, r.values), where(has, first, r.indices))
 
+    @saves(of_every_element)
     def nanmedian(self, dim: int | None = None, keepdim: bool = False):
         """median ignoring NaN, as torch.nanmedian: the lower median of the values that are not NaN (NaN
         where a line holds nothing else); of every element when dim is None, else (values, indices)

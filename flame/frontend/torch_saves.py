@@ -120,6 +120,13 @@ def wants(given: dict, name: str) -> bool:
     return isinstance(x, Tensor) and x.requires_grad
 
 
+def of_every_element(given: dict) -> tuple[str, ...]:
+    """What torch's node of max(), min(), median() or nanmedian() saves: over every element (no dim) its
+    input and its result, which evenly_distribute_backward reads; max(other) and min(other), maximum's and
+    minimum's, both operands. Along a dim the result is (values, indices), whose node saves the indices."""
+    return ("self", "result") if given.get("dim") is None else ("self", "dim")
+
+
 def _strided_view(name: str) -> bool:
     view = registry.get(name).view
     return view is not None and view.strided is not None

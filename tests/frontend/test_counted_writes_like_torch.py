@@ -5,7 +5,9 @@ because its node saved the tensor written, and their neighbours it lets through,
   its node saved that operand as it is, and the write changes it (self alone it clones);
 - a tensor that requires no grad made in the body, saved by the node that read it (mul's other operand,
   scaled_dot_product_attention's float mask on its fused CPU path; not on the math path, which a mask that
-  requires grad or 3-d operands take, nor by hand-written attention, whose add saves nothing).
+  requires grad or 3-d operands take, nor by hand-written attention, whose add saves nothing);
+- the result of a reduction whose node saves it (max(), min(), median(), nanmedian() over every element,
+  amax, logsumexp along a dim, norm, prod), and the input and tensor bounds of clamp.
 Against torch in float64."""
 
 from __future__ import annotations
@@ -83,6 +85,12 @@ def _addcmul_itself_by_a_constant(lib, x):
     return y.sum()
 
 
+def _clamp_by_itself(lib, x):
+    y = x * 2
+    y.clamp_(min=y)
+    return y.sum()
+
+
 def _add_itself(lib, x):  # add saves nothing
     y = x * 2
     y.add_(y)
@@ -137,12 +145,45 @@ ATTENTION = {f"{'hand-written' if hand else 'sdpa'} {rank}-d, mask {'learned' if
              for wn, w in (("no_grad add_", _add_1), ("detach().mul_", _detach_mul_2))}
 
 
+# ---- the result of a reduction ----------------------------------------------------------------------------
+
+REDUCTIONS = {
+    "max()": lambda lib, x: x.max(),
+    "min()": lambda lib, x: x.min(),
+    "abs().max()": lambda lib, x: x.abs().max(),
+    "torch.max(x)": lambda lib, x: lib.max(x),
+    "median()": lambda lib, x: x.median(),
+    "nanmedian()": lambda lib, x: x.nanmedian(),
+    "amax()": lambda lib, x: x.amax(),
+    "amin(0)": lambda lib, x: x.amin(0),
+    "max(1).values": lambda lib, x: x.max(1).values,  # saves the indices only
+    "logsumexp(0)": lambda lib, x: x.logsumexp(0),
+    "logsumexp(1, keepdim)": lambda lib, x: x.logsumexp(1, keepdim=True),
+    "norm()": lambda lib, x: x.norm(),
+    "prod()": lambda lib, x: x.prod(),
+    "sum()": lambda lib, x: x.sum(),  # saves nothing
+    "clamp(min=0)": lambda lib, x: x.clamp(min=0.0),  # saves its input, as a reduction its result
+}
+
+
+def _reduced(reduce, write, into: str):
+    def body(lib, x):
+        h = x * 1
+        r = reduce(lib, h)
+        write(lib, r if into == "result" else h)
+        return (r * 3).sum()
+
+    return body
+
+
 PROGRAMS = {
     **{f.__name__.strip("_"): f for f in (
         _exp_mul_itself, _mul_itself, _imul_itself, _div_itself, _pow_itself, _mul_its_detached,
-        _view_mul_another_view, _addcmul_itself, _addcmul_itself_by_a_constant, _add_itself,
+        _view_mul_another_view, _addcmul_itself, _addcmul_itself_by_a_constant, _clamp_by_itself, _add_itself,
         _mul_by_a_number, _constant_saved_by_mul, _constant_read_by_add)},
     **ATTENTION,
+    **{f"{name}, {wn} into its {into}": _reduced(r, w, into) for name, r in REDUCTIONS.items()
+       for wn, w in (("no_grad add_", _add_1), ("detach().mul_", _detach_mul_2)) for into in ("result", "input")},
 }
 
 
@@ -175,7 +216,9 @@ def test_counted_write_like_torch(program, way):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("program", ["mul_itself", "sdpa 4-d, mask constant, no_grad add_"])
+@pytest.mark.parametrize("program", ["mul_itself", "sdpa 4-d, mask constant, no_grad add_",
+                                     "max(), no_grad add_ into its result",
+                                     "logsumexp(0), detach().mul_ into its result"])
 def test_torch_raises_for_these(program):
     """The oracle: these are writes torch refuses (a table that silently stopped raising would test nothing)."""
     assert _grad(torch, PROGRAMS[program], "eager") is None
