@@ -114,14 +114,17 @@ def _rebuild(
             raise freed_graph_error(node.name, node.loc)
         inputs = _inputs(node)
         fresh = False  # a leaf read as it is now, changed since by writes through .data (_note_recomputed)
-        for x, orig, ver in zip(inputs, node.inputs, node.versions):
+        counted = []  # the positions of those changed by writes torch's version counter counts
+        for k, (x, orig, ver) in enumerate(zip(inputs, node.inputs, node.versions)):
             # its history is the same; only a leaf's values can have changed under it
             if x is orig and isinstance(x, Tensor) and ver is not None and x._node is None and x._version != ver:
                 if moved_since(x, ver):
-                    raise saved_modified_error(node.name, node.loc)
+                    counted.append(k)
                 fresh = True
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
+        if counted:
+            _refuse_moved(vals[id(t)].producer, node, inputs, counted)
         if node.olds:
             _read_written_leaves(node, vals[id(t)], g, vals, leaves, unpacked)
         if node.packed:
@@ -177,11 +180,29 @@ def _torch_formula(op, formula, t: Tensor, g: Graph, vals: dict, leaves: list, c
     return composite_vjp(op, formula, args, written)
 
 
+def _refuse_moved(op, node, inputs: list, counted: list[int]) -> None:
+    """A node's inputs at `counted`, tensors with no history (a leaf, a detach()) that a write torch's version
+    counter counts changed since it read them: torch's error where its node saved one; flame's where its VJP
+    reads one torch's did not save (it would read the new values). One neither reads (add's) is no error,
+    as torch's: the node's value, computed again from the new values, is refused where a VJP reads it
+    (_note_recomputed)."""
+    if op is None or op.name != node.name:  # (the rebuilt op folded away: what it saved is not known)
+        raise saved_modified_error(node.name, node.loc)
+    needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
+    if any(k in torch_saved(op, needs)[0] for k in counted) or node.torch_saves is not None:
+        raise saved_modified_error(node.name, node.loc)
+    if any(k in saved_reads(op, needs)[0] for k in counted):
+        raise AutogradError(f"backward: {node.name} reads a tensor written in place after it was used, which torch's "
+                            f"node does not save; flame's backward would read its new values. Run the backward "
+                            f"before the write, or write into a clone\n  at {node.loc}")
+
+
 def _note_recomputed(op, node, t: Tensor, inputs: list, fresh: bool, newer: set) -> None:
-    """Note t in `newer` where its value here is computed from a leaf whose storage a write through .data
-    changed since t's node read it (`fresh`: its version moved by such writes alone, which torch does not
-    count), or from a tensor in `newer`; raise where op's VJP reads such a value other than the leaf itself:
-    torch's node saved it as it was, flame's backward would read it computed from the new values."""
+    """Note t in `newer` where its value here is computed from a leaf whose storage a write changed since
+    t's node read it (`fresh`: through .data, which torch does not count, or one that no node saved the
+    leaf for: _refuse_moved), or from a tensor in `newer`; raise where op's VJP reads such a value other
+    than the leaf itself: torch's node saved it as it was, flame's backward would read it computed from
+    the new values."""
     later = [k for k, x in enumerate(inputs) if isinstance(x, Tensor) and id(x) in newer]
     if not fresh and not later:
         return
@@ -189,8 +210,9 @@ def _note_recomputed(op, node, t: Tensor, inputs: list, fresh: bool, newer: set)
     positions, reads_result = saved_reads(op, tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs))
     if any(k in positions for k in later) or reads_result:
         raise AutogradError(
-            f"backward: {node.name} saved a value computed from a tensor whose storage a write through .data "
-            f"changed after it was read (a detach() or another alias of the written tensor); torch's backward "
+            f"backward: {node.name} saved a value computed from a tensor whose storage a write (through .data, "
+            f"or into a tensor no node saved) changed after it was read (a detach() or another alias of the "
+            f"written tensor); torch's backward "
             f"reads that value as it was, flame's would compute it again from the new values. Run the "
             f"backward before the write, or write after it\n  at {node.loc}")
 

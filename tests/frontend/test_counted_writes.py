@@ -149,7 +149,7 @@ def test_a_value_computed_from_a_detached_alias_written_through_data_is_refused_
         np.testing.assert_allclose(fx.grad.numpy(), want, rtol=1e-12)
         fx, fy, fbody = program(flame, nonlinear)
         if nonlinear:
-            with pytest.raises(flame.errors.AutogradError, match="write through .data changed after it was read"):
+            with pytest.raises(flame.errors.AutogradError, match=r"through .data, .*\) changed after it was read"):
                 fbody(fx, fy)
         else:
             fbody(fx, fy)

@@ -7,7 +7,8 @@ because its node saved the tensor written, and their neighbours it lets through,
   scaled_dot_product_attention's float mask on its fused CPU path; not on the math path, which a mask that
   requires grad or 3-d operands take, nor by hand-written attention, whose add saves nothing);
 - the result of a reduction whose node saves it (max(), min(), median(), nanmedian() over every element,
-  amax, logsumexp along a dim, norm, prod), and the input and tensor bounds of clamp.
+  amax, logsumexp along a dim, norm, prod), and the input and tensor bounds of clamp;
+- a detach() of the written tensor read by a node: mul's saves it, add's does not (no error, eagerly too).
 Against torch in float64."""
 
 from __future__ import annotations
@@ -119,6 +120,20 @@ def _constant_read_by_add(lib, x):
     return z.sum()
 
 
+def _detached_read_by_add(lib, x):  # add saves nothing of the detach() that shares y's counter
+    y = x * 2
+    z = x + y.detach()
+    _no_grad(lib, y, lambda y: y.add_(1))
+    return z.sum()
+
+
+def _detached_read_by_mul(lib, x):  # mul saves it for x's gradient
+    y = x * 2
+    z = x * y.detach()
+    _no_grad(lib, y, lambda y: y.add_(1))
+    return z.sum()
+
+
 def _attention(lib, x, mask_grad: bool, rank: int, hand: bool, write):
     q = x.reshape((1, 1, 3, 4) if rank == 4 else (1, 3, 4))
     m = lib.tensor(X[:, :3] * 2, dtype=lib.float64, requires_grad=mask_grad) * 1
@@ -180,7 +195,8 @@ PROGRAMS = {
     **{f.__name__.strip("_"): f for f in (
         _exp_mul_itself, _mul_itself, _imul_itself, _div_itself, _pow_itself, _mul_its_detached,
         _view_mul_another_view, _addcmul_itself, _addcmul_itself_by_a_constant, _clamp_by_itself, _add_itself,
-        _mul_by_a_number, _constant_saved_by_mul, _constant_read_by_add)},
+        _mul_by_a_number, _constant_saved_by_mul, _constant_read_by_add, _detached_read_by_add,
+        _detached_read_by_mul)},
     **ATTENTION,
     **{f"{name}, {wn} into its {into}": _reduced(r, w, into) for name, r in REDUCTIONS.items()
        for wn, w in (("no_grad add_", _add_1), ("detach().mul_", _detach_mul_2)) for into in ("result", "input")},
@@ -222,3 +238,23 @@ def test_counted_write_like_torch(program, way):
 def test_torch_raises_for_these(program):
     """The oracle: these are writes torch refuses (a table that silently stopped raising would test nothing)."""
     assert _grad(torch, PROGRAMS[program], "eager") is None
+
+
+def test_a_value_computed_again_from_a_detached_alias_written_since_is_refused_eagerly():
+    """z = (x + y.detach()).sin(), then a no_grad write into y: torch's add saved nothing and its sin saved z as
+    it was. flame's eager backward would compute z again from y's new values, so it raises a flame error
+    naming the line (not torch's, which does not raise); inside @flame.compile the gradient is torch's."""
+
+    def body(lib, x):
+        y = x * 2
+        z = (x + y.detach()).sin()
+        _no_grad(lib, y, lambda y: y.add_(1))
+        return z.sum()
+
+    want = _grad(torch, body, "eager")
+    for way in ("backward inside", "backward outside"):
+        np.testing.assert_allclose(_grad(flame, body, way), want, rtol=1e-12)
+    x = flame.tensor(X, dtype=flame.float64, requires_grad=True)
+    with pytest.raises(flame.errors.AutogradError, match="sin saved a value computed from a tensor") as e:
+        body(flame, x).backward()
+    assert MODIFIED not in str(e.value) and "test_counted_writes_like_torch.py" in str(e.value)

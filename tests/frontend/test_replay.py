@@ -138,7 +138,7 @@ def test_in_place_updates_bump_versions_and_grads_are_handed_over_at_every_repla
         return loss
 
     x = flame.ones(3)
-    before = (w * 2.0).sum()  # records w's version
+    before = (w * w).sum()  # mul's node saves w, at its version then (w * 2.0's would save none of w)
     versions = []
     for _ in range(3):
         step(x)
@@ -169,7 +169,7 @@ def test_versions_of_tensors_no_eager_graph_recorded_are_left_alone():
     step(*gs)
     step(*gs)
     assert [w._version for w in ws] == [0, 0, 0]
-    seen = (ws[1] * 1.0).sum()
+    seen = (ws[1] * ws[1]).sum()  # mul's node saves ws[1] (ws[1] * 1.0's would not: torch's backward runs)
     step(*gs)
     assert [w._version for w in ws] == [0, 1, 0]
     with pytest.raises(flame.FlameError, match="modified in place"):
