@@ -22,7 +22,7 @@ from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
 from flame.nn import init
 from flame.nn.conv import _LazyNorm, _NormBase
-from flame.nn.layers import _Elementwise, given_weight
+from flame.nn.layers import _DropoutNd, _Elementwise, given_weight
 from flame.nn.loss_base import _Loss
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
@@ -260,49 +260,23 @@ class Unflatten(Module):
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
-class _ChannelDropout(Module):
-    fn = staticmethod(FI.dropout2d)
-
-    def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
-        super().__init__()
-        F.check_dropout_p(p)
-        self.p, self.inplace, self.generator = p, inplace, generator
-
-    def forward(self, x: Tensor) -> Tensor:
-        return type(self).fn(x, self.p, self.training, self.inplace, generator=self.generator)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}, inplace={self.inplace}"
-
-
-class Dropout1d(_ChannelDropout):
+class Dropout1d(_DropoutNd):
     fn = staticmethod(FI.dropout1d)
 
 
-class Dropout2d(_ChannelDropout):
+class Dropout2d(_DropoutNd):
     fn = staticmethod(FI.dropout2d)
 
 
-class Dropout3d(_ChannelDropout):
+class Dropout3d(_DropoutNd):
     fn = staticmethod(FI.dropout3d)
 
 
-class AlphaDropout(Module):
+class AlphaDropout(_DropoutNd):
     """F.alpha_dropout in training mode (SELU's self-normalising dropout); identity in eval. With
     inplace=True the input holds the result, as torch's."""
 
     fn = staticmethod(FI.alpha_dropout)
-
-    def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
-        super().__init__()
-        F.check_dropout_p(p)
-        self.p, self.inplace, self.generator = p, inplace, generator
-
-    def forward(self, x: Tensor) -> Tensor:
-        return type(self).fn(x, self.p, self.training, self.inplace, generator=self.generator)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}, inplace={self.inplace}"
 
 
 class FeatureAlphaDropout(AlphaDropout):

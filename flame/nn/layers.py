@@ -237,9 +237,11 @@ def given_weight(module: Module, weight: Tensor | None, shape: tuple[int, ...], 
     return Parameter(weight.detach(), requires_grad=not freeze)
 
 
-class Dropout(Module):
-    """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); identity in eval.
-    With inplace=True the input holds the result, as torch's."""
+class _DropoutNd(Module):
+    """What the dropout layers share (torch's _DropoutNd): p checked, and forward applies `fn` with p,
+    the training mode, inplace and the generator."""
+
+    fn = staticmethod(FI.dropout)
 
     def __init__(self, p: float = 0.5, inplace: bool = False, *, generator: Generator | None = None):
         super().__init__()
@@ -247,10 +249,15 @@ class Dropout(Module):
         self.p, self.inplace, self.generator = p, inplace, generator
 
     def forward(self, x: Tensor) -> Tensor:
-        return FI.dropout(x, self.p, self.training, self.inplace, generator=self.generator)
+        return type(self).fn(x, self.p, self.training, self.inplace, generator=self.generator)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout(_DropoutNd):
+    """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); identity in eval.
+    With inplace=True the input holds the result, as torch's."""
 
 
 class _Elementwise(Module):
