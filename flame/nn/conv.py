@@ -23,6 +23,7 @@ from flame.frontend.spatial import ntuple
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import i64
 from flame.nn import init
+from flame.nn.layers import _register_affine, _reset_affine
 from flame.nn.lazy import LazyModuleMixin
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter, UninitializedBuffer, UninitializedParameter, is_lazy
@@ -460,9 +461,7 @@ class GroupNorm(Module):
         if num_groups < 1 or num_channels % num_groups:
             raise ShapeError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
-        dt = float_dtype(dtype)
-        self.register_parameter("weight", Parameter(ones(num_channels, dtype=dt)) if affine else None)
-        self.register_parameter("bias", Parameter(zeros(num_channels, dtype=dt)) if affine and bias else None)
+        _register_affine(self, (num_channels,), float_dtype(dtype), affine, bias)
         self._place(device)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -473,10 +472,7 @@ class GroupNorm(Module):
 
     def reset_parameters(self) -> None:
         """weight ones, bias zeros, as torch's."""
-        if self.weight is not None:
-            init.ones_(self.weight)
-        if self.bias is not None:
-            init.zeros_(self.bias)
+        _reset_affine(self)
 
     def extra_repr(self) -> str:
         return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
@@ -496,8 +492,7 @@ class _NormBase(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         dt = float_dtype(dtype)
-        self.register_parameter("weight", Parameter(ones(num_features, dtype=dt)) if affine else None)
-        self.register_parameter("bias", Parameter(zeros(num_features, dtype=dt)) if affine and bias else None)
+        _register_affine(self, (num_features,), dt, affine, bias)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, dtype=dt))
             self.register_buffer("running_var", ones(num_features, dtype=dt))
@@ -510,10 +505,7 @@ class _NormBase(Module):
     def reset_parameters(self) -> None:
         """The running statistics back to their start, weight ones and bias zeros, as torch's."""
         self.reset_running_stats()
-        if self.weight is not None:
-            init.ones_(self.weight)
-        if self.bias is not None:
-            init.zeros_(self.bias)
+        _reset_affine(self)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs) -> None:

@@ -33,6 +33,21 @@ def _shape(normalized_shape: Any) -> tuple[int, ...]:
     return (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(normalized_shape)
 
 
+def _register_affine(module: Module, shape: tuple[int, ...], dtype: Any, affine: bool, bias: bool) -> None:
+    """A norm layer's affine parameters: weight (ones) and bias (zeros) of shape in dtype, each None where
+    affine (for the bias: affine and bias) is off."""
+    module.register_parameter("weight", Parameter(ones(*shape, dtype=dtype)) if affine else None)
+    module.register_parameter("bias", Parameter(zeros(*shape, dtype=dtype)) if affine and bias else None)
+
+
+def _reset_affine(module: Module) -> None:
+    """A norm layer's weight back to ones and its bias to zeros (those it has), as torch's."""
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if module.bias is not None:
+        init.zeros_(module.bias)
+
+
 class Linear(Module):
     """y = x @ weight.T + bias, weight [out_features, in_features]. Initialised as PyTorch does:
     weight by kaiming_uniform(a=sqrt(5)) and bias by U(-1/sqrt(in), 1/sqrt(in))."""
@@ -98,10 +113,7 @@ class LayerNorm(Module):
         super().__init__()
         self.normalized_shape, self.eps = _shape(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
-        dt = float_dtype(dtype)
-        affine = elementwise_affine
-        self.register_parameter("weight", Parameter(ones(*self.normalized_shape, dtype=dt)) if affine else None)
-        self.register_parameter("bias", Parameter(zeros(*self.normalized_shape, dtype=dt)) if affine and bias else None)
+        _register_affine(self, self.normalized_shape, float_dtype(dtype), elementwise_affine, bias)
         self._place(device)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -109,10 +121,7 @@ class LayerNorm(Module):
 
     def reset_parameters(self) -> None:
         """weight ones, bias zeros, as torch's."""
-        if self.weight is not None:
-            init.ones_(self.weight)
-        if self.bias is not None:
-            init.zeros_(self.bias)
+        _reset_affine(self)
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
