@@ -265,9 +265,21 @@ def _kl_gumbel_normal(p, q):
     return -t1 + t2 + t3 - (_EULER + 1)
 
 
+# ---- KL(p || q) infinite for every q whose support p's leaves: one function per kind of p, registered
+# here and in kl_families.py, kl_pareto.py and kl_continuous_bernoulli.py ----
+
+
 @register_kl(Exponential, Uniform)
 def _kl_exponential_infinity(p, q):
     return ops.full_like(p.rate, float("inf"))
+
+
+def _kl_gamma_infinity(p, q):
+    return ops.full_like(p.concentration, float("inf"))
+
+
+def _kl_pareto_infinity(p, q):
+    return ops.full_like(p.scale, float("inf"))
 
 
 @register_kl(Gumbel, Exponential)

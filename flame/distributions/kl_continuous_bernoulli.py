@@ -13,7 +13,13 @@ from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.exponential import Exponential
 from flame.distributions.gamma import Gamma
 from flame.distributions.gumbel import Gumbel
-from flame.distributions.kl import register_kl
+from flame.distributions.kl import (
+    _kl_exponential_infinity,
+    _kl_gamma_infinity,
+    _kl_pareto_infinity,
+    _kl_unbounded_infinity,
+    register_kl,
+)
 from flame.distributions.laplace import Laplace
 from flame.distributions.normal import Normal
 from flame.distributions.pareto import Pareto
@@ -84,23 +90,8 @@ def _kl_continuous_bernoulli_infinity(p, q):
     return ops.full_like(p.probs, math.inf)
 
 
-@register_kl(Exponential, ContinuousBernoulli)
-def _kl_exponential_infinity(p, q):
-    return ops.full_like(p.rate, math.inf)
-
-
-@register_kl(Gamma, ContinuousBernoulli)
-def _kl_gamma_infinity(p, q):
-    return ops.full_like(p.concentration, math.inf)
-
-
-@register_kl(Gumbel, ContinuousBernoulli)
-@register_kl(Laplace, ContinuousBernoulli)
-@register_kl(Normal, ContinuousBernoulli)
-def _kl_unbounded_infinity(p, q):
-    return ops.full_like(p.loc, math.inf)
-
-
-@register_kl(Pareto, ContinuousBernoulli)
-def _kl_pareto_infinity(p, q):
-    return ops.full_like(p.scale, math.inf)
+register_kl(Exponential, ContinuousBernoulli)(_kl_exponential_infinity)
+register_kl(Gamma, ContinuousBernoulli)(_kl_gamma_infinity)
+for _p in (Normal, Laplace, Gumbel):
+    register_kl(_p, ContinuousBernoulli)(_kl_unbounded_infinity)
+register_kl(Pareto, ContinuousBernoulli)(_kl_pareto_infinity)

@@ -19,6 +19,7 @@ from flame.distributions.half import HalfNormal
 from flame.distributions.kl import (
     _EULER,
     _kl_exponential_infinity,
+    _kl_gamma_infinity,
     _kl_normal_normal,
     _kl_unbounded_infinity,
     register_kl,
@@ -139,10 +140,8 @@ def _kl_exponential_gamma(p, q):
     return t1 + ratio + q.concentration.lgamma() + q.concentration * _EULER - (1 + _EULER)
 
 
-@register_kl(Gamma, Beta)
-@register_kl(Gamma, Uniform)
-def _kl_gamma_infinity(p, q):
-    return ops.full_like(p.concentration, float("inf"))
+register_kl(Gamma, Uniform)(_kl_gamma_infinity)
+register_kl(Gamma, Beta)(_kl_gamma_infinity)
 
 
 @register_kl(Gamma, Exponential)

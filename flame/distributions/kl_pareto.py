@@ -10,7 +10,13 @@ from flame.distributions.dirichlet import Beta
 from flame.distributions.exponential import Exponential
 from flame.distributions.gamma import Gamma
 from flame.distributions.gumbel import Gumbel
-from flame.distributions.kl import register_kl
+from flame.distributions.kl import (
+    _kl_exponential_infinity,
+    _kl_gamma_infinity,
+    _kl_pareto_infinity,
+    _kl_unbounded_infinity,
+    register_kl,
+)
 from flame.distributions.kl_families import _x_log_x
 from flame.distributions.laplace import Laplace
 from flame.distributions.normal import Normal
@@ -63,10 +69,8 @@ def _kl_uniform_pareto(p, q):
     return ops.where(p.low < q.support.lower_bound, math.inf, t2 * (q.alpha + 1) - t1)
 
 
-@register_kl(Pareto, Beta)
-@register_kl(Pareto, Uniform)
-def _kl_pareto_infinity(p, q):
-    return ops.full_like(p.scale, math.inf)
+register_kl(Pareto, Uniform)(_kl_pareto_infinity)
+register_kl(Pareto, Beta)(_kl_pareto_infinity)
 
 
 @register_kl(Beta, Pareto)
@@ -74,18 +78,7 @@ def _kl_beta_infinity(p, q):
     return ops.full_like(p.concentration1, math.inf)
 
 
-@register_kl(Exponential, Pareto)
-def _kl_exponential_infinity(p, q):
-    return ops.full_like(p.rate, math.inf)
-
-
-@register_kl(Gamma, Pareto)
-def _kl_gamma_infinity(p, q):
-    return ops.full_like(p.concentration, math.inf)
-
-
-@register_kl(Gumbel, Pareto)
-@register_kl(Laplace, Pareto)
-@register_kl(Normal, Pareto)
-def _kl_unbounded_infinity(p, q):
-    return ops.full_like(p.loc, math.inf)
+register_kl(Exponential, Pareto)(_kl_exponential_infinity)
+register_kl(Gamma, Pareto)(_kl_gamma_infinity)
+for _p in (Normal, Laplace, Gumbel):
+    register_kl(_p, Pareto)(_kl_unbounded_infinity)
