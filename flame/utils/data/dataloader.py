@@ -85,15 +85,7 @@ def default_collate(batch: list) -> Any:
         fields = [default_collate(s) for s in zip(*batch)]
         if isinstance(elem, tuple):
             return fields
-        try:
-            if isinstance(elem, collections.abc.MutableSequence):
-                clone = copy.copy(elem)
-                for i, f in enumerate(fields):
-                    clone[i] = f
-                return clone
-            return type(elem)(fields)
-        except TypeError:
-            return fields
+        return _same_sequence(elem, fields)
     raise TypeError(_COLLATE_ERR.format(type(elem)))
 
 
@@ -164,6 +156,20 @@ def _same_mapping(like, fields: dict):
         if isinstance(like, collections.abc.MutableMapping):
             clone = copy.copy(like)
             clone.update(fields)
+            return clone
+        return type(like)(fields)
+    except TypeError:
+        return fields
+
+
+def _same_sequence(like, fields: list):
+    """fields in the sequence type of `like` (a copy of it with each item replaced, or its type built from
+    them), as torch's collate and convert keep it; a plain list where that type cannot be rebuilt."""
+    try:
+        if isinstance(like, collections.abc.MutableSequence):
+            clone = copy.copy(like)
+            for i, f in enumerate(fields):
+                clone[i] = f
             return clone
         return type(like)(fields)
     except TypeError:
@@ -275,16 +281,7 @@ def default_convert(data: Any) -> Any:
     if isinstance(data, tuple):
         return [default_convert(d) for d in data]
     if isinstance(data, collections.abc.Sequence) and not isinstance(data, (str, bytes)):
-        fields = [default_convert(d) for d in data]
-        try:
-            if isinstance(data, collections.abc.MutableSequence):
-                clone = copy.copy(data)
-                for i, f in enumerate(fields):
-                    clone[i] = f
-                return clone
-            return type(data)(fields)
-        except TypeError:
-            return fields
+        return _same_sequence(data, [default_convert(d) for d in data])
     return data
 
 
