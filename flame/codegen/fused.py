@@ -279,9 +279,14 @@ class Emitter:
         return name
 
 
-def _what(ops: list[Op]) -> str:
-    names = [op.name for op in ops if not is_view(op) and not is_fill(op)]
-    return " ".join(dict.fromkeys(names)) or "copy"
+def _computed(ops) -> list[str]:
+    """The names of the ops that compute (views and fills left out), each once, in their order."""
+    return list(dict.fromkeys(op.name for op in ops if not is_view(op) and not is_fill(op)))
+
+
+def _stem(group: FusionGroup, outputs: list[Value]) -> str:
+    """A fused kernel's name: its first four computed op names (or copy) and its first output's dtype."""
+    return "fused_" + "_".join(_computed(group.ops)[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
 
 
 def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layout], tuple[Op, ...]] | None:
@@ -535,7 +540,8 @@ class _MapSegment:
     def template_fields(self, inputs: list[Value], outputs: list[Value]) -> dict:
         hoisted: dict[str, tuple[str, str]] = {}
         body = self.body(False, hoisted)[0]
-        fields = dict(n=self.n, vec=self.vec(), body=body, what=f"{_what(self.ops)} over {list(self.lay.domain)}")
+        what = " ".join(_computed(self.ops)) or "copy"
+        fields = dict(n=self.n, vec=self.vec(), body=body, what=f"{what} over {list(self.lay.domain)}")
         if self.vec() > 1:
             vec_body, decls, loads, sdecls, post = self.body(True, hoisted)
             fields.update(vec_body=vec_body, vec_decls=decls, vec_loads=loads, vec_sdecls=sdecls, vec_stores=post,
@@ -600,8 +606,7 @@ def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGE
         off_t=off_t,
         segments=fields,
     )
-    names = [op.name for op in group.ops if not is_view(op) and not is_fill(op)]
-    stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
+    stem = _stem(group, outputs)
     if len(parts) > 1:
         stem += f"_x{len(parts)}"
     k = finish(stem, source, start, block, len(inputs), n_outputs=len(outputs))
@@ -690,8 +695,7 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         slots=slots,
         cls_of=cls_of,
     )
-    names = [op.name for op in group.ops if not is_view(op) and not is_fill(op)]
-    stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}_x{len(segs)}"
+    stem = _stem(group, outputs) + f"_x{len(segs)}"
     k = finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))
     return dataclasses.replace(k, in_place_safe=False)
 
