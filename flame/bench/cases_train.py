@@ -121,6 +121,16 @@ def _param_names(s) -> list[tuple[str, str]]:
     return [(f"w{i}", f"b{i}") for i in range(len(s["dims"]) - 1)]
 
 
+def _mlp_loss(F, layers, act, x, labels):
+    """The MLP's cross-entropy in framework F's functional API (flame.nn.functional or torch.nn.functional:
+    the same names): linear layers with act between them."""
+    h = x
+    for i, (w, b) in enumerate(layers):
+        h = F.linear(h, w, b)
+        h = act(h) if i < len(layers) - 1 else h
+    return F.cross_entropy(h.float(), labels)
+
+
 def _flame_mlp(s, a, wrap):
     import flame
     import flame.nn as nn
@@ -132,11 +142,7 @@ def _flame_mlp(s, a, wrap):
     act = F.gelu if s["act"] == "gelu" else F.relu
 
     def step(x, labels):
-        h = x
-        for i, (w, b) in enumerate(layers):
-            h = F.linear(h, w, b)
-            h = act(h) if i < len(layers) - 1 else h
-        loss = F.cross_entropy(h.float(), labels)
+        loss = _mlp_loss(F, layers, act, x, labels)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -155,11 +161,7 @@ def _torch_mlp(s, a, wrap):
     act = F.gelu if s["act"] == "gelu" else F.relu
 
     def step(x, labels):
-        h = x
-        for i, (w, b) in enumerate(layers):
-            h = F.linear(h, w, b)
-            h = act(h) if i < len(layers) - 1 else h
-        loss = F.cross_entropy(h.float(), labels)
+        loss = _mlp_loss(F, layers, act, x, labels)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
