@@ -270,43 +270,46 @@ def _channels(amount, t: Tensor, dim: int) -> tuple[int, int]:
     return t.shape[dim], _count(amount, t.shape[dim])
 
 
-class RandomUnstructured(BasePruningMethod):
-    """Prunes `amount` entries chosen at random (flame's generator)."""
+class _Unstructured(BasePruningMethod):
+    """Prunes the `amount` entries whose `_scores` (one per entry, flattened) are the largest, or with
+    _largest False the smallest."""
 
     PRUNING_TYPE = "unstructured"
+    _largest = True
 
     def __init__(self, amount) -> None:
         _validate_pruning_amount_init(amount)
         self.amount = amount
 
+    def _scores(self, t: Tensor) -> np.ndarray:
+        raise NotImplementedError
+
     def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
         k = _count(self.amount, t.numel())
         mask = _np(default_mask).copy()
         if k != 0:
-            prob = _np(rand_like(t.detach())).reshape(-1)
-            mask.reshape(-1)[_top(prob, k, largest=True)] = 0
+            mask.reshape(-1)[_top(self._scores(t), k, largest=self._largest)] = 0
         return _like(mask, default_mask)
+
+
+class RandomUnstructured(_Unstructured):
+    """Prunes `amount` entries chosen at random (flame's generator)."""
+
+    def _scores(self, t: Tensor) -> np.ndarray:
+        return _np(rand_like(t.detach())).reshape(-1)
 
     @classmethod
     def apply(cls, module: Module, name: str, amount) -> RandomUnstructured:
         return super().apply(module, name, amount=amount)
 
 
-class L1Unstructured(BasePruningMethod):
+class L1Unstructured(_Unstructured):
     """Prunes the `amount` entries of smallest magnitude."""
 
-    PRUNING_TYPE = "unstructured"
+    _largest = False
 
-    def __init__(self, amount) -> None:
-        _validate_pruning_amount_init(amount)
-        self.amount = amount
-
-    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
-        k = _count(self.amount, t.numel())
-        mask = _np(default_mask).copy()
-        if k != 0:
-            mask.reshape(-1)[_top(np.abs(_np(t)).reshape(-1), k, largest=False)] = 0
-        return _like(mask, default_mask)
+    def _scores(self, t: Tensor) -> np.ndarray:
+        return np.abs(_np(t)).reshape(-1)
 
     @classmethod
     def apply(cls, module: Module, name: str, amount, importance_scores=None) -> L1Unstructured:
