@@ -456,10 +456,6 @@ class _InstanceNorm(_NormBase):
                                self.training or not self.track_running_stats,
                                0.0 if self.momentum is None else self.momentum, self.eps)
 
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
-
 
 class InstanceNorm1d(_InstanceNorm):
     rank = 3

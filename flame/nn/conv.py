@@ -524,6 +524,10 @@ class _NormBase(Module):
             self.running_var.fill_(1)
             self.num_batches_tracked.zero_()
 
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
 
 class _BatchNorm(_NormBase):
     """Per-channel normalisation with running statistics as buffers (running_mean, running_var,
@@ -549,10 +553,6 @@ class _BatchNorm(_NormBase):
         batch_stats = self.training or self.running_mean is None  # as PyTorch's _BatchNorm.forward
         return N.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, batch_stats,
                             momentum, self.eps)
-
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
