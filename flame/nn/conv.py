@@ -22,8 +22,7 @@ from flame.frontend.losses import pad
 from flame.frontend.spatial import ntuple
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import i64
-from flame.nn import init
-from flame.nn.layers import _register_affine, _reset_affine
+from flame.nn.layers import _register_affine, _reset_affine, _reset_kaiming
 from flame.nn.lazy import LazyModuleMixin
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter, UninitializedBuffer, UninitializedParameter, is_lazy
@@ -80,11 +79,7 @@ class _ConvNd(Module):
         self._place(device)
 
     def reset_parameters(self, generator: Generator | None = None) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
-        if self.bias is not None:
-            fan_in = self.weight.shape[1] * math.prod(self.kernel_size)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-            init.uniform_(self.bias, -bound, bound, generator)
+        _reset_kaiming(self, self.weight.shape[1] * math.prod(self.kernel_size), generator)
 
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"

@@ -48,6 +48,15 @@ def _reset_affine(module: Module) -> None:
         init.zeros_(module.bias)
 
 
+def _reset_kaiming(module: Module, fan_in: int, generator: Generator | None) -> None:
+    """torch's initialisation of a Linear or convolution: weight by kaiming_uniform(a=sqrt(5)), then the
+    bias (where there is one) by U(-1/sqrt(fan_in), 1/sqrt(fan_in)), U(0, 0) for fan_in 0."""
+    init.kaiming_uniform_(module.weight, a=math.sqrt(5), generator=generator)
+    if module.bias is not None:
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        init.uniform_(module.bias, -bound, bound, generator)
+
+
 class Linear(Module):
     """y = x @ weight.T + bias, weight [out_features, in_features]. Initialised as PyTorch does:
     weight by kaiming_uniform(a=sqrt(5)) and bias by U(-1/sqrt(in), 1/sqrt(in))."""
@@ -63,10 +72,7 @@ class Linear(Module):
         self._place(device)
 
     def reset_parameters(self, generator: Generator | None = None) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
-            init.uniform_(self.bias, -bound, bound, generator)
+        _reset_kaiming(self, self.in_features, generator)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
