@@ -25,7 +25,7 @@ from flame.ir.dtypes import i64
 from flame.nn.layers import _register_affine, _reset_affine, _reset_kaiming
 from flame.nn.lazy import LazyModuleMixin
 from flame.nn.module import Module
-from flame.nn.parameter import Parameter, UninitializedBuffer, UninitializedParameter, is_lazy
+from flame.nn.parameter import Parameter, UninitializedBuffer, is_lazy
 
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d", "Fold", "Unfold", "AvgPool1d", "AvgPool2d", "AvgPool3d",
@@ -574,9 +574,7 @@ class _LazyConvMixin(LazyModuleMixin):
 
     def _lazy_init(self, out_channels: int, bias: bool, dtype: Any) -> None:
         self.out_channels = out_channels
-        self.weight = UninitializedParameter(dtype=float_dtype(dtype))
-        if bias:
-            self.bias = UninitializedParameter(dtype=float_dtype(dtype))
+        self._lazy_weight_and_bias(bias, float_dtype(dtype))
 
     def reset_parameters(self, generator: Generator | None = None) -> None:
         if not self.has_uninitialized_params() and self.in_channels != 0:
@@ -655,9 +653,7 @@ class _LazyNorm(LazyModuleMixin):
         super().__init__(0, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
         dt = float_dtype(dtype)
         if affine:
-            self.weight = UninitializedParameter(dtype=dt)
-            if bias:
-                self.bias = UninitializedParameter(dtype=dt)
+            self._lazy_weight_and_bias(bias, dt)
         if track_running_stats:
             self.running_mean = UninitializedBuffer(dtype=dt)
             self.running_var = UninitializedBuffer(dtype=dt)

@@ -21,7 +21,7 @@ from flame.nn import init
 from flame.nn.lazy import LazyModuleMixin
 from flame.nn.loss_base import _Loss, _WeightedLoss
 from flame.nn.module import Module
-from flame.nn.parameter import Parameter, UninitializedParameter, is_lazy
+from flame.nn.parameter import Parameter, is_lazy
 
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "NLLLoss", "SmoothL1Loss",
            "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm", "LazyLinear",
@@ -90,9 +90,7 @@ class LazyLinear(LazyModuleMixin, Linear):
 
     def __init__(self, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None):
         super().__init__(0, out_features, False, device, dtype)
-        self.weight = UninitializedParameter(dtype=float_dtype(dtype))
-        if bias:
-            self.bias = UninitializedParameter(dtype=float_dtype(dtype))
+        self._lazy_weight_and_bias(bias, float_dtype(dtype))
 
     def reset_parameters(self, generator: Generator | None = None) -> None:
         if not self.has_uninitialized_params() and self.in_features != 0:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from flame.frontend.context import current_trace, no_grad
-from flame.nn.parameter import is_lazy
+from flame.nn.parameter import UninitializedParameter, is_lazy
 
 
 class LazyModuleMixin:
@@ -30,6 +30,13 @@ class LazyModuleMixin:
     def has_uninitialized_params(self) -> bool:
         """Whether a parameter or buffer of this module is still a placeholder."""
         return any(is_lazy(t) for t in (*self._parameters.values(), *self._buffers.values()))
+
+    def _lazy_weight_and_bias(self, bias: bool, dtype: Any) -> None:
+        """Placeholders of dtype for the weight and, with bias, the bias (the eager layer made them; its
+        bias is None without)."""
+        self.weight = UninitializedParameter(dtype=dtype)
+        if bias:
+            self.bias = UninitializedParameter(dtype=dtype)
 
     def initialize_parameters(self, *args, **kwargs) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not define initialize_parameters()")
