@@ -31,18 +31,10 @@ class Adam(Optimizer):
         **flags,
     ):
         _check_tensor_options(type(self).__name__, lr, betas, flags)
-        super().__init__(
-            params,
-            dict(
-                lr=lr,
-                betas=tuple(betas),
-                eps=eps,
-                weight_decay=weight_decay,
-                amsgrad=amsgrad,
-                decoupled_weight_decay=decoupled_weight_decay,
-            ),
-            **flags,
+        defaults = _adam_defaults(
+            lr, betas, eps, weight_decay, amsgrad=amsgrad, decoupled_weight_decay=decoupled_weight_decay
         )
+        super().__init__(params, defaults, **flags)
 
     non_negative = ("eps", "weight_decay")
 
@@ -90,6 +82,12 @@ class Adam(Optimizer):
         state["exp_avg"].copy_(m)
         state["exp_avg_sq"].copy_(v)
         return m, v
+
+
+def _adam_defaults(lr: Any, betas: Any, eps: float, weight_decay: float, **more: Any) -> dict[str, Any]:
+    """The Adam family's group defaults: lr, betas (as a tuple), eps and weight_decay, then `more` in
+    their order."""
+    return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, **more)
 
 
 def _check_tensor_options(name: str, lr: Any, betas: Any, flags: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import f64
-from flame.optim.adam import Adam
+from flame.optim.adam import Adam, _adam_defaults
 from flame.optim.optimizer import compute_dtype, scalar_dtype, state_tensor
 
 
@@ -54,7 +54,7 @@ class Adamax(_AdamLike):
         weight_decay: float = 0.0,
         **flags,
     ):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), **flags)
+        super().__init__(params, _adam_defaults(lr, betas, eps, weight_decay), **flags)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p), "exp_inf": state_tensor(p)}
@@ -88,18 +88,10 @@ class NAdam(_AdamLike):
         decoupled_weight_decay: bool = False,
         **flags,
     ):
-        super().__init__(
-            params,
-            dict(
-                lr=lr,
-                betas=tuple(betas),
-                eps=eps,
-                weight_decay=weight_decay,
-                momentum_decay=momentum_decay,
-                decoupled_weight_decay=decoupled_weight_decay,
-            ),
-            **flags,
+        defaults = _adam_defaults(
+            lr, betas, eps, weight_decay, momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay
         )
+        super().__init__(params, defaults, **flags)
 
     non_negative = ("eps", "weight_decay", "momentum_decay")
     param_dtype_state = ("mu_product",)
@@ -142,17 +134,8 @@ class RAdam(_AdamLike):
         decoupled_weight_decay: bool = False,
         **flags,
     ):
-        super().__init__(
-            params,
-            dict(
-                lr=lr,
-                betas=tuple(betas),
-                eps=eps,
-                weight_decay=weight_decay,
-                decoupled_weight_decay=decoupled_weight_decay,
-            ),
-            **flags,
-        )
+        defaults = _adam_defaults(lr, betas, eps, weight_decay, decoupled_weight_decay=decoupled_weight_decay)
+        super().__init__(params, defaults, **flags)
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         x, g, t = self._begin(p, group, state)
