@@ -379,7 +379,7 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
-@saves(lambda given: ("target", *(("input",) if wants(given, "target") else ())))
+@saves(torch_formulas.kl_div_saved, vjp=torch_formulas.kl_div)
 def kl_div(
     input: Tensor,
     target: Tensor,

@@ -67,19 +67,22 @@ def _topo(root: Tensor) -> list[Tensor]:
 
 
 def saving_nodes(
-    g: Graph, vals: dict[int, Value], order: list[Tensor], cut: dict | None = None, runs: set | None = None
+    g: Graph, vals: dict[int, Value], order: list[Tensor], cut: dict | None = None, runs: set | None = None,
+    formulas: dict | None = None,
 ) -> list:
     """The nodes of `order` whose saved tensors the backward autodiff appended to g (a rebuilt graph,
     `vals` its tensors' values, `cut` as _rebuild's) reads (saved.saves). A backward frees these, as
     torch frees the saved tensors of the nodes it runs; a node that saves none (a view, a cat, a sum, an
     add) can be passed again, as in torch. `runs`: the ids of the tensors whose nodes the backward runs
-    (_running; None: all): a gradient with respect to an intermediate runs none of the nodes before it."""
+    (_running; None: all): a gradient with respect to an intermediate runs none of the nodes before it.
+    `formulas`: autodiff's `composites` (_rebuild's): a composite whose gradient torch's formula gave ran
+    torch's node, which saved what its declaration says, whatever of its own ops' values the formula read."""
     read = reads(g.ops)
     found = []
     for t in order:
         v = (cut or {}).get(id(t)) or vals.get(id(t))
         if t._node is not None and v is not None and (runs is None or id(t) in runs) \
-                and (t._node.packed or saves(v.producer, read)):
+                and (t._node.packed or saves(v.producer, read) or v.producer in (formulas or ())):
             found.append(t._node)
     return found
 
@@ -418,7 +421,7 @@ def _gradients(
     inputs += [gr for _, gr in terms if gr is not None]
     grads = [None] * len(wrt) if out is None else \
         autodiff(g, out, [vals[id(t)] for t in wrt], seed, unpacked=unpacked, composites=composites)
-    nodes = saving_nodes(g, vals, order, cut, runs)
+    nodes = saving_nodes(g, vals, order, cut, runs, composites)
     known = known_tensors(order, vals, cut) if create else {}
     return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes
 

@@ -217,7 +217,7 @@ def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool, own:
     used = [t for t in ins if id(t) in vals]
     gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used], unpacked=unpacked,
                                              composites=composites)))
-    nodes = saving_nodes(g, vals, order, runs=runs)
+    nodes = saving_nodes(g, vals, order, runs=runs, formulas=composites)
     grads = [gvals.get(id(t)) for t in ins]
     known = known_tensors(order, vals) if create else {}
     got = gradient_tensors(g, grads, list(leaves), known, [t.dtype for t in ins], create)

@@ -233,7 +233,7 @@ def _trapezoids(y: Tensor, x: Tensor | None, dx: float | None, dim: int, halved:
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
-@saves("x1", "x2", "result")
+@saves("x1", "x2", "result", vjp=torch_formulas.cdist)
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
     """The p-norm distance between each row of x1 [..., P, M] and each row of x2 [..., R, M]: [..., P, R],
     computed from the differences (exact at any distance; torch's matrix-product shortcut for large

@@ -62,6 +62,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
 
 
 @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list (torch.group_norm); on none of its CPU lists
+@saves("input", "weight", vjp=torch_formulas.group_norm)  # torch's native_group_norm node (not the bias)
 def normalized_groups(input: Tensor, num_groups: int, weight: Tensor | None = None,  # noqa: A002
                       bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise each group of C/num_groups channels of [N, C, *S] over its channels and positions

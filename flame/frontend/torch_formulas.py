@@ -5,9 +5,9 @@ the ops, g is the result's cotangent, `saved` the values torch's node saved as t
 (a write through .data since: the new values), `args` the tensor arguments as the composite read them,
 `given` the call's other arguments. flame differentiates a composite through its own ops, which gives
 the same gradient while nothing changed what torch's node saved; these run only where a write through
-.data did (data_writes.composite_vjp). softmax, log_softmax, var, std, softplus, sinc and layer_norm
-compute an f16 / bf16 gradient in f32 and round it once, as torch's kernels; the others compute in the
-saved values' dtype."""
+.data did (data_writes.composite_vjp). softmax, log_softmax, var, std, softplus, sinc, layer_norm and
+group_norm compute an f16 / bf16 gradient in f32 and round it once, as torch's kernels; the others compute
+in the saved values' dtype."""
 
 from __future__ import annotations
 
@@ -350,3 +350,124 @@ def xlogy(b, g, saved, args, given) -> dict:
     glog = b.where(b.logical_and(b.eq(g, 0.0), b.eq(y, y)), 0.0, b.mul(g, b.log(y)))
     return {"self": b.where(b.logical_and(b.eq(x, 0.0), b.le(y, 0.0)), 0.0, glog),
             "other": b.div(b.mul(g, x), y)}
+
+
+def group_norm(b, g, saved, args, given) -> dict:
+    """native_group_norm_backward on the saved input and weight, with each sample's and group's mean and
+    1/std the forward computed (of the input as the forward read it): layer_norm's formula over a group's
+    channels and positions, x_hat = (x - mean) * rstd, gx = g * weight per channel; dweight = sum(g *
+    x_hat), dbias = sum(g) over the batch and positions."""
+    x0 = args["input"]
+    n, c, spatial = x0.shape[0], x0.shape[1], tuple(x0.shape[2:])
+    groups = int(given["num_groups"])
+    grouped = (n, groups, c // groups, *spatial)
+    axes = list(range(2, len(grouped)))
+
+    def split(v: Value) -> Value:
+        return b.reshape(_wide(b, v), shape=grouped)
+
+    w0 = split(x0)
+    mean = b.reduce_mean(w0, axes=axes, keepdim=True)
+    d0 = b.sub(w0, mean)
+    rstd = b.rsqrt(b.add(b.reduce_mean(b.mul(d0, d0), axes=axes, keepdim=True), float(given["eps"])))
+    xhat = b.mul(b.sub(split(saved["input"]), mean), rstd)
+    gw = split(g)
+    per_channel = (1, groups, c // groups) + (1,) * len(spatial)
+    rest = [0, *range(3, len(grouped))]  # the batch and the positions
+    got = {}
+    if "weight" in args:
+        gx = b.mul(gw, b.reshape(_wide(b, saved["weight"]), shape=per_channel))
+        dw = b.reshape(b.reduce_sum(b.mul(gw, xhat), axes=rest, keepdim=False), shape=(c,))
+        got["weight"] = _to(b, dw, args["weight"])
+    else:
+        gx = gw
+    if "bias" in args:
+        got["bias"] = _to(b, b.reshape(b.reduce_sum(gw, axes=rest, keepdim=False), shape=(c,)), args["bias"])
+    inner = b.sub(b.sub(gx, b.reduce_mean(gx, axes=axes, keepdim=True)),
+                  b.mul(xhat, b.reduce_mean(b.mul(gx, xhat), axes=axes, keepdim=True)))
+    got["input"] = _to(b, b.reshape(b.mul(rstd, inner), shape=tuple(x0.shape)), x0)
+    return got
+
+
+def kl_div_saved(given: dict) -> tuple:
+    """What torch's nodes of kl_div save (its composite: xlogy(target, target) - target * input, reduced):
+    the target (mul's for the input's gradient, xlogy's) and, where the target requires grad, the input
+    (mul's); with log_target (exp(target) * (target - input)) only values kl_div made itself."""
+    if given.get("log_target"):
+        return ()
+    return ("target", *(("input",) if getattr(given.get("target"), "requires_grad", False) else ()))
+
+
+def kl_div(b, g, saved, args, given) -> dict:
+    """The backward of torch's kl_div composite on the saved target t and input x (without log_target):
+    -g t to input (mul's); xlogy(g, t) (0 where t is 0) + g t / t - g x to target (xlogy's, mul's); g
+    over the element count for a mean, over the batch size for batchmean."""
+    t = saved["target"]
+    x = saved.get("input", args["input"])
+    shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(t.shape)))
+    reduction = given["reduction"]
+    if reduction == "batchmean":
+        g = b.div(g, float(x.shape[0] if x.type.rank else 1))
+    ge = _mean_scale(b, g, b.const(0.0, g.dtype, shape), "sum" if reduction == "batchmean" else reduction)
+    minus = b.neg(ge)
+    glog = b.where(b.logical_and(b.eq(ge, 0.0), b.eq(t, t)), 0.0, b.mul(ge, b.log(t)))
+    gt = b.add(b.add(b.where(b.eq(t, 0.0), 0.0, glog), b.div(b.mul(ge, t), t)), b.mul(minus, x))
+    return {"input": b.sum_to(b.mul(minus, t), tuple(x.shape)), "target": b.sum_to(gt, tuple(t.shape))}
+
+
+def _euclidean(given: dict, x1: Value, x2: Value) -> bool:
+    """torch's cdist takes _euclidean_dist (a matrix product) for p = 2 where compute_mode asks for it or,
+    by default, where either input has more than 25 rows; else _cdist_forward."""
+    mode = given.get("compute_mode") or "use_mm_for_euclid_dist_if_necessary"
+    if float(given["p"]) != 2 or not (int(np.prod(x1.shape)) and int(np.prod(x2.shape))):
+        return False
+    return mode == "use_mm_for_euclid_dist" or (
+        mode == "use_mm_for_euclid_dist_if_necessary" and max(x1.shape[-2], x2.shape[-2]) > 25)
+
+
+def _last_two_swapped(b, v: Value) -> Value:
+    rank = v.type.rank
+    return b.permute(v, perm=(*range(rank - 2), rank - 1, rank - 2))
+
+
+def cdist(b, g, saved, args, given) -> dict:
+    """torch's cdist backward on the saved inputs and result: _cdist_backward, per pair of rows d = x1[i] -
+    x2[j] and their distance r: g sgn(d) for p = 1, g d / r for p = 2, sgn(d) |d|^(p-1) g / r^(p-1) below
+    2 (0 at d = 0 for p < 1), d |d|^(p-2) g / r^(p-1) above (0 where r is 0), g sgn(d) at the coordinates
+    tied at r for p = inf, 0 for p = 0; summed over j to x1, negated and over i to x2. Where torch takes
+    _euclidean_dist, its backward: x1 sum_j(g/r) - (g/r) x2 and x2 sum_i(g/r) - (g/r)^T x1 (0 where r is
+    0), on the inputs as it saved them (a batch broadcast copies them first, which keeps their values)."""
+    x1, x2, res = saved["x1"], saved["x2"], saved["result"]
+    s1, s2 = tuple(args["x1"].shape), tuple(args["x2"].shape)
+    if _euclidean(given, x1, x2):
+        batch = tuple(np.broadcast_shapes(s1[:-2], s2[:-2]))
+        x1 = x1 if s1[:-2] == batch else args["x1"]
+        x2 = x2 if s2[:-2] == batch else args["x2"]
+        ratio = b.where(b.eq(res, 0.0), 0.0, b.div(g, res))
+        g1 = b.sub(b.mul(x1, b.reduce_sum(ratio, axes=[-1 % ratio.type.rank], keepdim=True)), b.matmul(ratio, x2))
+        per_row = b.reduce_sum(_last_two_swapped(b, ratio), axes=[ratio.type.rank - 1], keepdim=True)
+        g2 = b.sub(b.mul(x2, per_row), b.matmul(_last_two_swapped(b, ratio), x1))
+        return {"x1": b.sum_to(g1, s1), "x2": b.sum_to(g2, s2)}
+    p = float(given["p"])
+    d = b.sub(b.reshape(x1, shape=(*s1[:-1], 1, s1[-1])), b.reshape(x2, shape=(*s2[:-2], 1, *s2[-2:])))
+    r = b.reshape(res, shape=(*res.shape, 1))
+    gr = b.reshape(g, shape=(*g.shape, 1))
+    if p == 0:
+        term = b.mul(d, 0.0)
+    elif p == 1:
+        term = b.mul(gr, b.sign(d))
+    elif p < 2:
+        term = b.div(b.mul(b.mul(b.sign(d), b.pow(b.abs(d), p - 1)), gr), b.pow(r, p - 1))
+        zero = b.logical_or(b.eq(r, 0.0), b.eq(d, 0.0)) if p < 1 else b.eq(r, 0.0)
+        term = b.where(zero, 0.0, term)
+    elif p == 2:
+        term = b.where(b.eq(r, 0.0), 0.0, b.div(b.mul(gr, d), r))
+    elif np.isinf(p):
+        tied = b.sub(1.0, b.minimum(b.ceil(b.abs(b.sub(b.abs(d), r))), 1.0))
+        term = b.mul(b.mul(gr, b.sign(d)), tied)
+    else:
+        term = b.where(b.eq(r, 0.0), 0.0, b.div(b.mul(b.mul(d, b.pow(b.abs(d), p - 2)), gr), b.pow(r, p - 1)))
+    rank = term.type.rank
+    g1 = b.reduce_sum(term, axes=[rank - 2], keepdim=False)
+    g2 = b.neg(b.reduce_sum(term, axes=[rank - 3], keepdim=False))
+    return {"x1": b.sum_to(g1, s1), "x2": b.sum_to(g2, s2)}

@@ -399,10 +399,12 @@ class Trace:
             raise freed_graph_error(again.name, again.loc)
         self.builder.loc = user_location()
         start = len(self.graph.ops)
-        grads = self.gradients(self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves), (used, carries))
+        formulas: set = set()
+        grads = self.gradients(self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves), (used, carries),
+                               formulas)
         if not retain_graph:
             read = reads(self.graph.ops[start:])
-            self.freed |= {op for op in used if saves(op, read)}
+            self.freed |= {op for op in used if saves(op, read) or op in formulas}
         _check_no_eager_history(leaves, grads)
         if not create_graph:  # no history: a later backward through a loss reading a .grad (p * p.grad)
             # flows to p alone, not on into the ops that computed the gradient
@@ -413,13 +415,15 @@ class Trace:
                     accumulate_and_notify(t, Tensor._traced(gv, self))
         run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
 
-    def gradients(self, root: Value, wrt: list[Value], seed: Value | None = None, hooks=(), ops=None) -> list:
+    def gradients(self, root: Value, wrt: list[Value], seed: Value | None = None, hooks=(), ops=None,
+                  formulas: set | None = None) -> list:
         """The gradients of root with respect to wrt, appended to the graph (passes/autodiff.py): every
         traced backward (backward(), flame.autograd.grad, flame.grad) takes them here. torch's error first
         where the backward runs an op that saved a value a counted write replaced since (counted_writes.py;
         `ops`: _backward_ops(root, wrt) where the caller has them). The VJPs of the ops that read or made a
         value a write through .data replaced read the tensor as it is now (data_writes.traced_live_reads),
-        as torch's backward reads the storage."""
+        as torch's backward reads the storage. `formulas`, where given, gets the ops whose gradient torch's
+        formula of a composite gave: torch's node, which a backward frees."""
         if self.counted:
             used, carries = ops or self._backward_ops(root, wrt)
             found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves, self.checkpoint_args,
@@ -428,6 +432,8 @@ class Trace:
                 raise saved_modified_error(*found)
         live, composites = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()},
                                              self.builder, self.torch_saves)
+        if formulas is not None:
+            formulas.update(composites or ())
         return autodiff(self.graph, root, wrt, seed, hooks, unpacked=live, composites=composites)
 
     def wrt_value(self, t) -> Value:

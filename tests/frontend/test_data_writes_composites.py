@@ -1,9 +1,9 @@
 """Gradients after a write through `.data` into what torch's node of a composite saved (frontend/
 torch_formulas.py): softmax's, log_softmax's, prod's and a norm's result, logsumexp's, std's, dist's and
-copysign's input and result, the inputs of var, mse_loss, layer_norm, softplus, huber_loss,
-smooth_l1_loss, binary_cross_entropy_with_logits, sinc, logaddexp2, fmax and xlogy. torch's backward
-reads the new values through its own formula; flame's, which differentiates the composite through its
-ops, takes torch's formula there. A write into the result and into each input (a leaf, and a tensor
+copysign's and cdist's inputs and result, the inputs of var, mse_loss, layer_norm, group_norm, kl_div,
+softplus, huber_loss, smooth_l1_loss, binary_cross_entropy_with_logits, sinc, logaddexp2, fmax and xlogy.
+torch's backward reads the new values through its own formula; flame's, which differentiates the composite
+through its ops, takes torch's formula there. A write into the result and into each input (a leaf, and a tensor
 with a history), eagerly, inside @flame.compile, and with the backward outside a compiled forward.
 Against torch in float64."""
 
@@ -19,6 +19,10 @@ import flame
 RNG = np.random.default_rng(1)
 X, Y, C = RNG.uniform(0.2, 0.9, (3, 4)), RNG.uniform(0.3, 0.8, (3, 4)), RNG.uniform(-1, 1, (3, 4))
 W, BIAS, V = RNG.uniform(0.5, 1.5, 4), RNG.uniform(-1, 1, 4), RNG.uniform(0.5, 1.5, (3, 4))
+ROWS, GROUPED, T0 = RNG.uniform(0.2, 0.9, (30, 4)), RNG.uniform(0.2, 0.9, (2, 4, 3)), Y.copy()
+BATCH = RNG.uniform(0.2, 0.9, (2, 3, 4))
+T0[0, 1] = 0.0  # (a zero target: kl_div's gradient there is torch's NaN)
+CL = np.concatenate([C[0], RNG.uniform(-1, 1, 96)])  # the weights of a result of other than 2 dims
 
 
 def _f(lib):
@@ -66,6 +70,17 @@ OPS = {  # name: (operands, the op on lib's tensors)
     "copysign": ((X, Y), lambda lib, x, y: lib.copysign(x, y - 0.5)),
     "fmax": ((X, Y), lambda lib, x, y: lib.fmax(x, y)),
     "xlogy": ((X, Y), lambda lib, x, y: lib.xlogy(x, y)),
+    "cdist": ((X, Y), lambda lib, x, y: lib.cdist(x, y)),
+    "cdist p 1": ((X, Y), lambda lib, x, y: lib.cdist(x, y, p=1)),
+    "cdist p inf": ((X, Y), lambda lib, x, y: lib.cdist(x, y, p=float("inf"))),
+    "cdist p 3 batch": ((BATCH, Y), lambda lib, x, y: lib.cdist(x, y, p=3)),
+    "cdist p 0.5": ((X, Y), lambda lib, x, y: lib.cdist(x, y, p=0.5)),
+    "cdist euclidean_dist": ((ROWS, Y), lambda lib, x, y: lib.cdist(x, y)),  # (torch's matrix product)
+    "kl_div": ((X, Y), lambda lib, x, y: _f(lib).kl_div(x.log(), y, reduction="batchmean")),
+    "kl_div none": ((X, T0), lambda lib, x, y: _f(lib).kl_div(x, y, reduction="none")),
+    "kl_div log_target": ((X, Y), lambda lib, x, y: _f(lib).kl_div(x, y, reduction="sum", log_target=True)),
+    "group_norm": ((GROUPED,), lambda lib, x: _f(lib).group_norm(x, 2)),
+    "group_norm affine": ((GROUPED, W, BIAS), lambda lib, x, w, b: _f(lib).group_norm(x, 2, w, b, 1e-3)),
 }
 CASES = [(name, where, made) for name, (xs, _) in OPS.items() for where in ("result", *range(len(xs)))
          for made in (False, True)]
@@ -82,7 +97,9 @@ def _body(lib, name, where, made):
         else:
             xs[where].data.mul_(xs[where].data + 0.5)  # (not a shift or a scale, which some leave as they are)
         c = lib.tensor(C, dtype=lib.float64)
-        return (y * c[: y.shape[0], : y.shape[1]] if y.ndim == 2 else y * c[0, : y.numel()].reshape(y.shape)).sum()
+        if y.ndim == 2 and y.shape[0] <= 3 and y.shape[1] <= 4:
+            return (y * c[: y.shape[0], : y.shape[1]]).sum()
+        return (y * lib.tensor(CL[: y.numel()].reshape(y.shape), dtype=lib.float64)).sum()
 
     return run
 
@@ -143,3 +160,88 @@ def test_a_weighted_mse_loss_saves_no_input_as_torchs_composite(how):
 
     got = (grads if how == "eager" else flame.compile(grads))(flame.tensor(X[0].copy(), requires_grad=True))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+COUNTED = {  # name: (operands, the op, the operand written in place, whether torch's node saved it)
+    "group_norm input": ((GROUPED, W, BIAS), lambda lib, x, w, b: _f(lib).group_norm(x, 2, w, b), 0, True),
+    "group_norm weight": ((GROUPED, W, BIAS), lambda lib, x, w, b: _f(lib).group_norm(x, 2, w, b), 1, True),
+    "group_norm bias": ((GROUPED, W, BIAS), lambda lib, x, w, b: _f(lib).group_norm(x, 2, w, b), 2, False),
+    "kl_div target": ((X, Y), lambda lib, x, y: _f(lib).kl_div(x, y, reduction="sum"), 1, True),
+    "kl_div log_target input": ((X, Y), lambda lib, x, y: _f(lib).kl_div(x, y, reduction="sum", log_target=True), 0,
+                                False),
+    "kl_div log_target target": ((X, Y), lambda lib, x, y: _f(lib).kl_div(x, y, reduction="sum", log_target=True), 1,
+                                 False),
+}
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled"])
+@pytest.mark.parametrize("name", list(COUNTED))
+def test_a_counted_write_after_group_norm_or_kl_div_raises_where_torchs_node_saved_it(name, how):
+    """native_group_norm's node saves the input and weight, not the bias; kl_div with log_target is
+    exp(target) * (target - input), whose nodes save only values it made."""
+    arrays, fn, k, raises = COUNTED[name]
+
+    def body(lib, *xs):
+        hs = [x * 1.0 for x in xs]
+        y = fn(lib, *hs)
+        with lib.no_grad():
+            hs[k].mul_(2.0)
+        return lib.autograd.grad((y * y.detach()).sum(), list(xs))
+
+    def operands(lib):
+        return [lib.tensor(a.copy(), dtype=lib.float64, requires_grad=True) for a in arrays]
+
+    run = (lambda *xs: body(flame, *xs)) if how == "eager" else flame.compile(lambda *xs: body(flame, *xs))
+    if raises:
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            body(torch, *operands(torch))
+        with pytest.raises(flame.errors.AutogradError, match="modified by an inplace operation"):
+            run(*operands(flame))
+        return
+    want = body(torch, *operands(torch))
+    for g, w in zip(run(*operands(flame)), want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-12)
+
+
+SECOND = {  # name: (the op on lib's tensors x and y, what is written through .data: "result" or "x")
+    "mse_loss input": (lambda lib, x, y: _f(lib).mse_loss(x, y), "x"),
+    "dist result": (lambda lib, x, y: lib.dist(x, y), "result"),
+    "cdist result": (lambda lib, x, y: lib.cdist(x, y).sum(), "result"),
+    "group_norm input": (lambda lib, x, y: _f(lib).group_norm(x.reshape(2, 2, 3), 2).sum(), "x"),
+    "kl_div target": (lambda lib, x, y: _f(lib).kl_div(y, x, reduction="sum"), "x"),
+}
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled"])
+@pytest.mark.parametrize("name", list(SECOND))
+def test_a_second_backward_after_a_data_write_took_torchs_formula_raises_as_torchs(name, how):
+    """A composite whose gradient torch's formula gave ran torch's node: a backward without retain_graph
+    frees it, and a second one raises torch's error; with retain_graph, it gives the same gradient."""
+    fn, where = SECOND[name]
+
+    def body(lib, x, retain):
+        y = lib.tensor(Y, dtype=lib.float64)
+        r = fn(lib, x, y) if where == "x" else None
+        if where == "x":
+            x.data.mul_(x.data + 0.5)
+        else:
+            r = fn(lib, x, y)
+            r.data.mul_(1.5)
+        r.backward(retain_graph=retain)
+        first = x.grad.clone()
+        try:
+            r.backward()
+        except (RuntimeError, flame.errors.AutogradError) as e:
+            return first, str(e)
+        return first, x.grad - first
+
+    for retain in (False, True):
+        want = body(torch, torch.tensor(X.copy(), requires_grad=True), retain)
+        run = (lambda x, retain=retain: body(flame, x, retain))
+        got = (run if how == "eager" else flame.compile(run))(flame.tensor(X.copy(), requires_grad=True))
+        np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-12, atol=1e-12)
+        if retain:
+            np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=1e-12, atol=1e-12)
+        else:
+            assert "backward through the graph a second time" in want[1]
+            assert "backward through the graph a second time" in got[1]
