@@ -95,13 +95,14 @@ def grad(
     """torch.autograd.grad: the gradients of `outputs` (weighted by grad_outputs; None: a scalar output's
     ones) with respect to `inputs` (leaves or intermediate tensors), as a tuple; .grad is not touched.
     An input the outputs do not depend on raises, unless allow_unused=True (then None; zeros with
-    materialize_grads=True). Eagerly the graph is freed unless retain_graph=True (its default is
-    create_graph); create_graph=True gives gradients with a history of their own, which can be
-    differentiated again (eagerly and inside @flame.compile). only_inputs is torch's deprecated
-    argument, ignored (with torch's warning when False). is_grads_batched=True reads the first dimension
-    of every grad_outputs tensor as a batch: each gradient gets that dimension first, one vector-Jacobian
-    product per row (torch vmaps one; flame runs one grad call per row, the graph retained between
-    them, so B rows cost B backward passes, inside @flame.compile B copies of the backward ops)."""
+    materialize_grads=True). The graph is freed unless retain_graph=True (its default is create_graph),
+    eagerly and inside @flame.compile: a later backward through it raises, as torch's. create_graph=True
+    gives gradients with a history of their own, which can be differentiated again (eagerly and inside
+    @flame.compile). only_inputs is torch's deprecated argument, ignored (with torch's warning when
+    False). is_grads_batched=True reads the first dimension of every grad_outputs tensor as a batch: each
+    gradient gets that dimension first, one vector-Jacobian product per row (torch vmaps one; flame runs
+    one grad call per row, the graph retained between them, so B rows cost B backward passes, inside
+    @flame.compile B copies of the backward ops)."""
     if not only_inputs:
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
                       "gradient for other parts of the graph, please use torch.autograd.backward.", UserWarning,
@@ -122,7 +123,8 @@ def grad(
         ws = [trace.wrt_value(t) for t in ins]
         trace.builder.loc = user_location()
         hooks = trace._grad_hooks(list(ins))  # the tensors' hooks and retain_grad(), as eagerly
-        gvals = trace.gradients(trace.value_of(root), ws, hooks=hooks)
+        retain = create_graph if retain_graph is None else bool(retain_graph)
+        gvals = trace.differentiate(trace.value_of(root), ws, hooks=hooks, retain=retain)
         if not create_graph:  # no history, as torch's: a loss reading one differentiates it as a constant
             gvals = [None if gv is None else trace.builder.emit(STOP_GRADIENT.name, gv) for gv in gvals]
         got = [None if gv is None else Tensor._traced(gv, trace) for gv in gvals]

@@ -368,7 +368,7 @@ class Compiled:
         namer = Namer(self.fn)
         entry = _Entry(g, None, tr, None, skel, n_user, grads, g, self._key(args),
                        describe_arguments(self.fn, args), trace_guards(self.fn, tr, namer, python_values), namer)
-        if not grads and len(g.outputs) == n_updates and not tr.freed:
+        if not grads and len(g.outputs) == n_updates and not tr.backward_freed:
             entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t)
                                 and i not in tr.returned_as_is)  # a tensor handed back itself has its history
             entry.data_written = written_positions(g, {v: tr.value_of(t) for v, t in tr.data_written.items()},

@@ -91,7 +91,9 @@ class Trace:
     arg_grad_unread: dict[int, tuple] = field(default_factory=dict)
     arg_grad_reads: dict[int, bool] = field(default_factory=dict)  # position -> whether the .grad it read was set
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
-    freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
+    freed: set = field(default_factory=set)  # ops a backward() or autograd.grad() without retain_graph went through
+    # a backward() freed some: the outputs carry no history for a backward outside (compile.py)
+    backward_freed: bool = False
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
     # (id(object), attribute) -> (object, attribute, value): a plain value read from an attribute of an
     # object whose class asks for it (nn.Module: its hyperparameters, `self.eps`, `self.scale`)
@@ -393,18 +395,10 @@ class Trace:
                 f"{list(loss.shape)} tensor needs a gradient argument\n  at {user_location()}"
             )
         leaves, leaf_values = self._grad_leaves()
-        used, carries = self._backward_ops(self.value_of(loss), leaf_values)
-        again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
-        if again is not None:
-            raise freed_graph_error(again.name, again.loc)
         self.builder.loc = user_location()
-        start = len(self.graph.ops)
-        formulas: set = set()
-        grads = self.gradients(self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves), (used, carries),
-                               formulas)
-        if not retain_graph:
-            read = reads(self.graph.ops[start:])
-            self.freed |= {op for op in used if saves(op, read) or op in formulas}
+        before = len(self.freed)
+        grads = self.differentiate(self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves), retain_graph)
+        self.backward_freed = self.backward_freed or len(self.freed) > before
         _check_no_eager_history(leaves, grads)
         if not create_graph:  # no history: a later backward through a loss reading a .grad (p * p.grad)
             # flows to p alone, not on into the ops that computed the gradient
@@ -414,6 +408,23 @@ class Trace:
                 if gv is not None:
                     accumulate_and_notify(t, Tensor._traced(gv, self))
         run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
+
+    def differentiate(self, root: Value, wrt: list[Value], seed: Value | None = None, hooks=(),
+                      retain: bool = False) -> list:
+        """gradients() for backward() and autograd.grad(): one through an op that an earlier one without
+        retain_graph freed raises torch's error; without `retain` the ops it went through whose saved values
+        its backward read are freed, as the eager backward frees its nodes."""
+        used, carries = self._backward_ops(root, wrt)
+        again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
+        if again is not None:
+            raise freed_graph_error(again.name, again.loc)
+        start = len(self.graph.ops)
+        formulas: set = set()
+        grads = self.gradients(root, wrt, seed, hooks, (used, carries), formulas)
+        if not retain:
+            read = reads(self.graph.ops[start:])
+            self.freed |= {op for op in used if saves(op, read) or op in formulas}
+        return grads
 
     def gradients(self, root: Value, wrt: list[Value], seed: Value | None = None, hooks=(), ops=None,
                   formulas: set | None = None) -> list:

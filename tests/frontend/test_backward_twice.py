@@ -148,3 +148,32 @@ def _non_leaf_input_runs_its_node():
         with pytest.raises(error, match="a second time"):
             y.sum().backward()
     np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("retain", [None, True], ids=["freed", "retain_graph"])
+@pytest.mark.parametrize("second", ["grad", "backward"])
+def test_autograd_grad_frees_the_graph_like_torch(compiled, retain, second):
+    """autograd.grad without retain_graph frees what it went through, as torch's: a second grad() or
+    backward() through it raises; with retain_graph=True both give torch's gradients."""
+
+    def body(lib, x):
+        y = (x * x.sin()).sum()
+        (g,) = lib.autograd.grad(y, x, retain_graph=retain)
+        if second == "grad":
+            return g + lib.autograd.grad(y, x)[0]
+        y.backward()
+        return g + x.grad
+
+    tx = torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64, requires_grad=True)
+    fx = flame.tensor([1.0, 2.0, 0.5], dtype=flame.float64, requires_grad=True)
+    run = flame.compile(lambda x: body(flame, x)) if compiled else (lambda x: body(flame, x))
+    try:
+        want = body(torch, tx)
+    except RuntimeError as e:
+        assert "second time" in str(e)
+        with pytest.raises(RuntimeError, match="second time") as got:
+            run(fx)
+        assert "test_backward_twice.py" in str(got.value)
+        return
+    np.testing.assert_allclose(run(fx).numpy(), want.detach().numpy(), rtol=1e-12)
