@@ -371,8 +371,7 @@ class Compiled:
         if not grads and len(g.outputs) == n_updates and not tr.backward_freed:
             entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t)
                                 and i not in tr.returned_as_is)  # a tensor handed back itself has its history
-            entry.data_written = written_positions(g, {v: tr.value_of(t) for v, t in tr.data_written.items()},
-                                                   tr.torch_saves)
+            entry.data_written = written_positions(g, tr.written_now(), tr.torch_saves, tr.data_links)
             entry.refused = tr.refused_by_outputs(g.outputs, entry.needs)
         return self._compile(entry) if compile else entry
 

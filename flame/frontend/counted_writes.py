@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from flame._identity import ByIdentity
 from flame.errors import AutogradError
-from flame.frontend.data_writes import shares_storage
+from flame.frontend.data_writes import shares_storage, through_data
 from flame.frontend.saved import saves_nothing, torch_saved
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import moved_since
@@ -56,6 +56,7 @@ def mark(old: Tensor, trace=None) -> None:
     if trace is not None:
         v = trace.value_of(old)
         trace.counted.setdefault(v, trace.write_begun.pop(v, len(trace.graph.ops)))
+        trace.data_written.setdefault(v, (old, True))  # `.data` tensors of v read old's storage at backward
     else:
         _COUNTED[old] = True
 
@@ -87,7 +88,11 @@ def as_of(x, version: int):
 def _written_since(x, orig, version) -> bool:
     """A node's input (x, as the backward reads it; orig, the tensor the node was recorded with, at
     `version`) was changed since by a counted write: x is the stand-in that write left (the write's own
-    node reads the stand-in itself), or orig is a view whose base a counted write changed since."""
+    node reads the stand-in itself), or orig is a view whose base a counted write changed since (not one
+    reached through `.data`, whose version counter is its own, as torch's: its node reads the storage as it
+    is at backward, data_writes.py)."""
+    if through_data(orig):
+        return False
     if _counted(x) and x is not orig:
         return True
     base = getattr(orig, "_base", None)
@@ -99,6 +104,8 @@ def _changed(x: Tensor, version) -> bool:
     """Tensor x, at `version` when a node saved it, was changed since by a write its version counts: a
     tensor with no history (a leaf, or one made with gradients off) whose version moved, or one a counted
     write left a stand-in of."""
+    if through_data(x):  # (its own version counter: _written_since)
+        return False
     if x._node is None and version is not None and moved_since(x, version):
         return True
     return _written_since(as_of(x, version), x, version)

@@ -14,7 +14,15 @@ and the rebuilt graph hands those VJPs that buffer as a constant input (`live_re
 trace remembers the written value (Trace.data_written) and its backward hands them the tensor's current
 value (`traced_live_reads`). A view taken before the write shares the storage too, so what a VJP reads of it
 is the view op applied to the written tensor as it is now (`follow_writes` eagerly; traced_live_reads
-follows the graph's view ops)."""
+follows the graph's view ops).
+
+A `.data` tensor (or a view of it) has a version counter of its own, as torch's: a write into the tensor
+torch's counter counts (under no_grad, through detach(), or recording a gradient: y.mul_(y.data)) is none
+for a node that saved it (`y * y.data`: mul's node saves only y.data), and that node reads the storage as
+the backward finds it. Eagerly such a tensor is read by the rebuilt graph as a leaf, its buffer as it is
+then (counted_writes ignores the base's counted writes for it); while tracing, counted_writes.mark adds the
+value a counted write replaced to Trace.data_written too (flagged counted), and traced_live_reads hands
+the tensor's value now only to what read a `.data` link taken of it (Trace.data_links) or a view of one."""
 
 from __future__ import annotations
 
@@ -36,9 +44,9 @@ DATA_LINK = types.MappingProxyType({})
 _LIVE = ByIdentity()  # stand-in -> (the buffer holding its values now, its dtype)
 
 
-def through_data(t: Tensor) -> bool:
-    """t was reached through `.data` (it, or a view of a `.data` tensor)."""
-    return any(attrs is DATA_LINK for _, attrs, _ in t._chain)
+def through_data(t) -> bool:
+    """t is a tensor reached through `.data` (it, or a view of a `.data` tensor)."""
+    return isinstance(t, Tensor) and any(attrs is DATA_LINK for _, attrs, _ in t._chain)
 
 
 def mark_live(old: Tensor, now: Tensor) -> None:
@@ -110,17 +118,21 @@ def live_reads(op, t: Tensor, inputs: list, g: Graph, leaves: list, consts: dict
     return {k: now_value(x, g, leaves, consts, now) for k, x in written if k in positions or k == -1 and result}
 
 
-def traced_live_reads(g: Graph, written: dict[Value, Value], b=None, declared: dict | None = None
-                      ) -> tuple[dict | None, dict | None]:
+def traced_live_reads(g: Graph, written: dict[Value, tuple[Value, bool]], b=None, declared: dict | None = None,
+                      links=frozenset()) -> tuple[dict | None, dict | None]:
     """autodiff's (`unpacked`, `composites`) for a traced backward: each op that read (or made) a value a
-    write through `.data` replaced (`written`: that value -> the tensor's value now) reads the current value
-    instead; a view of a replaced value (a view op's result, or detach()'s, which shares its input's
-    storage) is taken again by b (a Builder of g) from the value now, and the ops that read it read that.
-    `declared` (Trace.torch_saves): the composites whose torch node saved such a value take their gradient
-    from torch's formula (torch_backwards)."""
-    if not written:
+    write through `.data` replaced (`written`: that value -> (the tensor's value now, False)) reads the
+    current value instead; a view of a replaced value (a view op's result, or detach()'s, which shares its
+    input's storage) is taken again by b (a Builder of g) from the value now, and the ops that read it read
+    that. A value a write torch's version counter counts replaced (-> (its value now, True)) is read as it
+    was, or refused (counted_writes.refused), by the ops that read it, but a `.data` tensor taken of it or
+    of a view of it before the write (`links`: Trace.data_links) has a counter of its own: the ops that read
+    that (or a view of it) read the storage now. `declared` (Trace.torch_saves): the composites whose torch
+    node saved such a value take their gradient from torch's formula (torch_backwards)."""
+    shared = {v: now for v, (now, counted) in written.items() if counted} if links else {}
+    written = {v: now for v, (now, counted) in written.items() if not counted}
+    if not written and not shared:
         return None, None
-    written = dict(written)
     sub: dict = {}
     for op in list(g.ops):
         for k, x in enumerate(op.inputs):
@@ -128,9 +140,13 @@ def traced_live_reads(g: Graph, written: dict[Value, Value], b=None, declared: d
                 sub.setdefault(op, {})[k] = written[x]
         if op.out in written:
             sub.setdefault(op, {})[-1] = written[op.out]
-        if b is not None and op.inputs and op.inputs[0] in written and op.out not in written \
-                and shares_storage(op.name):
+        if b is None or not op.inputs or op.out in written or not shares_storage(op.name):
+            continue
+        if op.inputs[0] in written:
             written[op.out] = b.emit(op.name, written[op.inputs[0]], *op.inputs[1:], **op.attrs)
+        elif op.inputs[0] in shared:  # a view of the storage a counted write changed (its own ops read it as it was)
+            now = b.emit(op.name, shared[op.inputs[0]], *op.inputs[1:], **op.attrs)
+            (written if op.out in links else shared)[op.out] = now
     got = {op: composite_vjp(op, d.formula, dict(d.formula.args), written)
            for op, d in (declared or {}).items() if d.formula is not None}
     return sub, {op: vjp for op, vjp in got.items() if vjp is not None} or None
@@ -162,29 +178,35 @@ def _values(g: Graph) -> list[Value]:
     return [*g.inputs, *(op.out for op in g.ops)]
 
 
-def written_positions(g: Graph, written: dict[Value, Value], declared: dict | None = None) -> tuple:
-    """`written` (Trace.data_written, each value paired with the tensor's value at the end of the body) and
-    the formulas of `declared` (Trace.torch_saves) as positions in g (its inputs, then its ops' results),
-    which a copy of g keeps (compiled_outputs): (value pairs, (op's index, its Formula with positions))."""
+def written_positions(g: Graph, written: dict[Value, tuple[Value, bool]], declared: dict | None = None,
+                      links=frozenset()) -> tuple:
+    """`written` (Trace.written_now: each value paired with the tensor's value at the end of the body, and
+    whether a counted write replaced it), the formulas of `declared` (Trace.torch_saves) and `links`
+    (Trace.data_links) as positions in g (its inputs, then its ops' results), which a copy of g keeps
+    (compiled_outputs): (value pairs with the flag, (op's index, its Formula with positions), link
+    positions). A counted write matters only to a `.data` tensor (traced_live_reads): with no links, none
+    is kept."""
     at = {v: k for k, v in enumerate(_values(g))}
-    pairs = tuple((at[a], at[b]) for a, b in written.items() if a in at and b in at)
+    pairs = tuple((at[a], at[b], counted) for a, (b, counted) in written.items()
+                  if a in at and b in at and (links or not counted))
     if not pairs:
         return ()
     index = {op: i for i, op in enumerate(g.ops)}
     formulas = tuple((index[op], replace(d.formula, args=tuple((k, at[v]) for k, v in d.formula.args)))
                      for op, d in (declared or {}).items()
                      if d.formula is not None and op in index and all(v in at for _, v in d.formula.args))
-    return pairs, formulas
+    return pairs, formulas, tuple(at[v] for v in links if v in at)
 
 
-def at_positions(g: Graph, positions: tuple) -> tuple[dict[Value, Value], dict]:
+def at_positions(g: Graph, positions: tuple) -> tuple[dict[Value, tuple[Value, bool]], dict, set]:
     """written_positions' answer as g's values (g: a copy of the graph it was taken from): (the written
-    values, each paired with its value at the end; op -> a Declared with its formula)."""
+    values, each paired with its value at the end and the flag; op -> a Declared with its formula; the
+    `.data` links)."""
     if not positions:
-        return {}, {}
-    pairs, formulas = positions
+        return {}, {}, set()
+    pairs, formulas, links = positions
     vals = _values(g)
-    written = {vals[a]: vals[b] for a, b in pairs if max(a, b) < len(vals)}
+    written = {vals[a]: (vals[b], counted) for a, b, counted in pairs if max(a, b) < len(vals)}
     declared = {g.ops[i]: Declared("", (), False, replace(f, args=tuple((k, vals[v]) for k, v in f.args)))
                 for i, f in formulas}
-    return written, declared
+    return written, declared, {vals[k] for k in links if k < len(vals)}

@@ -537,7 +537,7 @@ def _write_view(t, new, what: str, fill: bool) -> None:
         untracked = detached or not grad_enabled.get()
         if untracked:
             if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
-                trace.data_written[trace.value_of(old)] = base
+                trace.data_written[trace.value_of(old)] = (base, False)
             merged = _keeping_history(trace, old, merged, counted=not through_data(t))
         if not untracked:  # what the ops recorded before saved of the base or of t raises at backward
             mark_counted(base, trace)

@@ -128,7 +128,9 @@ class Trace:
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
     differentiated: tuple = ()  # tensors a flame.grad being traced differentiates by, whatever their requires_grad
     no_grad: set = field(default_factory=set)  # Values of ops recorded with gradients off (no_grad)
-    # a value a write through .data replaced -> the tensor written: its VJP reads read it as it is (data_writes.py)
+    # a value a write replaced -> (the tensor written, whether the write is one torch's version counter counts):
+    # the VJPs that read it (where counted, through a `.data` tensor taken of it) read the tensor as it is
+    # when the backward runs (data_writes.py)
     data_written: dict = field(default_factory=dict)
     # values a write torch's version counter counts replaced (with a gradient recorded, under no_grad, through
     # detach()): a backward running an op recorded before the write that saved one raises (counted_writes.py)
@@ -441,11 +443,15 @@ class Trace:
                             self.data_links)
             if found is not None:
                 raise saved_modified_error(*found)
-        live, composites = traced_live_reads(self.graph, {v: self.value_of(t) for v, t in self.data_written.items()},
-                                             self.builder, self.torch_saves)
+        live, composites = traced_live_reads(self.graph, self.written_now(), self.builder, self.torch_saves,
+                                             self.data_links)
         if formulas is not None:
             formulas.update(composites or ())
         return autodiff(self.graph, root, wrt, seed, hooks, unpacked=live, composites=composites)
+
+    def written_now(self) -> dict[Value, tuple[Value, bool]]:
+        """data_written, each tensor as its value now."""
+        return {v: (self.value_of(t), counted) for v, (t, counted) in self.data_written.items()}
 
     def wrt_value(self, t) -> Value:
         """The value a gradient with respect to tensor t is taken for: t's, or where a write recorded no

@@ -1,0 +1,138 @@
+"""A `.data` tensor shares its tensor's storage but has a version counter of its own, as torch's: a write
+into the tensor that torch's counter counts (under no_grad, through detach(), or with a gradient recorded)
+does not count for a node that saved the `.data` tensor (mul's node saves only the operand the other's
+gradient needs, here the `.data` one), and that node reads the storage as the backward finds it
+(frontend/data_writes.py). Against torch in float64: eager, compiled with the backward inside, and
+compiled with the backward run on its result outside."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+
+def _no_grad_add(lib, y):
+    with lib.no_grad():
+        y.add_(1)
+
+
+def _detached_mul(lib, y):
+    y.detach().mul_(2)
+
+
+def _recorded_mul(lib, y):
+    y.mul_(2)
+
+
+def _data_mul(lib, y):
+    y.data.mul_(2)
+
+
+WRITES = {"no_grad-add_": _no_grad_add, "detach-mul_": _detached_mul, "mul_": _recorded_mul, "data-mul_": _data_mul}
+
+
+def _times_data(lib, x, write):  # mul saved y.data
+    y = x * 2
+    out = (y * y.data).sum()
+    write(lib, y)
+    return out
+
+
+def _data_times(lib, x, write):
+    y = x * 2
+    out = (y.data * y).sum()
+    write(lib, y)
+    return out
+
+
+def _times_view_of_data(lib, x, write):  # a view of y.data shares its storage and its counter
+    y = x * 2
+    out = (y[1:] * y.data[1:]).sum()
+    write(lib, y)
+    return out
+
+
+def _times_data_of_view(lib, x, write):
+    y = x * 2
+    out = (y[:2] * y[:2].data).sum()
+    write(lib, y)
+    return out
+
+
+def _exp_times_data(lib, x, write):  # exp's node saved its result, which the write does not change
+    y = x * 2
+    out = (y.exp() * y.data).sum()
+    write(lib, y)
+    return out
+
+
+def _leaf_times_data(lib, x, write):  # a leaf's .data: the leaf is written with no gradient recorded
+    out = (x * x.data).sum()
+    with lib.no_grad():
+        x.mul_(2) if write is _recorded_mul else write(lib, x)
+    return out
+
+
+def _mul_by_own_data(lib, x, write):  # the in-place op's node saved y.data, which its own write changes
+    y = x * 2
+    y.mul_(y.data)
+    write(lib, y)
+    return y.sum()
+
+
+BODIES = {f.__name__[1:]: f for f in (_times_data, _data_times, _times_view_of_data, _times_data_of_view,
+                                      _exp_times_data, _leaf_times_data, _mul_by_own_data)}
+CASES = [(b, w) for b in BODIES for w in WRITES if not (b == "leaf_times_data" and w == "mul_")]
+
+
+def _x(lib):
+    return lib.tensor([1.0, 2.0, 0.5], dtype=lib.float64, requires_grad=True)
+
+
+def _torch_grad(body, write):
+    x = _x(torch)
+    BODIES[body](torch, x, WRITES[write]).backward()
+    return x.grad.numpy()
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled", "compiled-backward-outside"])
+@pytest.mark.parametrize(("body", "write"), CASES, ids=[f"{b}-{w}" for b, w in CASES])
+def test_a_data_tensor_reads_the_written_storage_as_torchs(body, write, how):
+    want = _torch_grad(body, write)
+    run = BODIES[body]
+    x = _x(flame)
+    if how == "eager":
+        run(flame, x, WRITES[write]).backward()
+        got = x.grad
+    elif how == "compiled":
+        got = flame.compile(lambda x: flame.autograd.grad(run(flame, x, WRITES[write]), [x])[0])(x)
+    else:
+        flame.compile(lambda x: run(flame, x, WRITES[write]))(x).backward()
+        got = x.grad
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+def _saves_y_and_data(lib, x):  # mul(y, y) saved y itself: the counted write raises, .data or not
+    y = x * 2
+    out = (y * y * y.data).sum()
+    with lib.no_grad():
+        y.add_(1)
+    return out
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled", "compiled-backward-outside"])
+def test_a_node_that_saved_the_tensor_itself_still_raises(how):
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _saves_y_and_data(torch, _x(torch)).backward()
+    x = _x(flame)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation") as got:
+        if how == "eager":
+            _saves_y_and_data(flame, x).backward()
+        elif how == "compiled":
+            flame.compile(lambda x: _saves_y_and_data(flame, x).backward())(x)
+        else:
+            flame.compile(lambda x: _saves_y_and_data(flame, x))(x).backward()
+    assert "test_data_writes_aliases.py" in str(got.value)
