@@ -20,7 +20,14 @@ from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.counted_writes import as_of, refuse, saved_modified_error
-from flame.frontend.data_writes import composite_vjp, follow_writes, live_reads, now_value, through_data
+from flame.frontend.data_writes import (
+    composite_vjp,
+    follow_writes,
+    live_reads,
+    now_value,
+    through_data,
+    written_through,
+)
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.saved import reads, saved_inputs, saved_reads, saves, torch_saved, unpack_saves
@@ -121,7 +128,7 @@ def _rebuild(
         for k, (x, orig, ver) in enumerate(zip(inputs, node.inputs, node.versions)):
             # its history is the same; only a leaf's values can have changed under it
             if x is orig and isinstance(x, Tensor) and ver is not None and x._node is None and x._version != ver:
-                if moved_since(x, ver) and not through_data(x):  # (`.data`'s counter is its own: counted_writes)
+                if written_through(x, ver) if through_data(x) else moved_since(x, ver):  # (.data's: its own)
                     counted.append(k)
                 fresh = True
         b.loc = node.loc

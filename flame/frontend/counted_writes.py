@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from flame._identity import ByIdentity
 from flame.errors import AutogradError
-from flame.frontend.data_writes import shares_storage, through_data
+from flame.frontend.data_writes import shares_storage, through_data, written_through
 from flame.frontend.saved import saves_nothing, torch_saved
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import moved_since
@@ -88,11 +88,12 @@ def as_of(x, version: int):
 def _written_since(x, orig, version) -> bool:
     """A node's input (x, as the backward reads it; orig, the tensor the node was recorded with, at
     `version`) was changed since by a counted write: x is the stand-in that write left (the write's own
-    node reads the stand-in itself), or orig is a view whose base a counted write changed since (not one
-    reached through `.data`, whose version counter is its own, as torch's: its node reads the storage as it
-    is at backward, data_writes.py)."""
+    node reads the stand-in itself), or orig is a view whose base a counted write changed since. One
+    reached through `.data` has a version counter of its own, as torch's, which counts only the writes
+    through its `.data` tensor or a view of that (its node reads the storage as it is at backward,
+    data_writes.py)."""
     if through_data(orig):
-        return False
+        return written_through(orig, version)
     if _counted(x) and x is not orig:
         return True
     base = getattr(orig, "_base", None)
@@ -105,7 +106,7 @@ def _changed(x: Tensor, version) -> bool:
     tensor with no history (a leaf, or one made with gradients off) whose version moved, or one a counted
     write left a stand-in of."""
     if through_data(x):  # (its own version counter: _written_since)
-        return False
+        return written_through(x, version)
     if x._node is None and version is not None and moved_since(x, version):
         return True
     return _written_since(as_of(x, version), x, version)

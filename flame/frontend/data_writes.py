@@ -22,11 +22,14 @@ for a node that saved it (`y * y.data`: mul's node saves only y.data), and that 
 the backward finds it. Eagerly such a tensor is read by the rebuilt graph as a leaf, its buffer as it is
 then (counted_writes ignores the base's counted writes for it); while tracing, counted_writes.mark adds the
 value a counted write replaced to Trace.data_written too (flagged counted), and traced_live_reads hands
-the tensor's value now only to what read a `.data` link taken of it (Trace.data_links) or a view of one."""
+the tensor's value now only to what read a `.data` link taken of it (Trace.data_links) or a view of one.
+Each `.data` is a tensor of its own, whose counter (its DataLink) counts the writes through it or a view of
+it: a node that saved it raises torch's error at backward (written_through eagerly; count_write_through
+adds the link's values to Trace.counted while tracing); a write through another `.data` does not count."""
 
 from __future__ import annotations
 
-import types
+from collections.abc import Mapping
 from dataclasses import replace
 
 from flame._identity import ByIdentity
@@ -37,16 +40,66 @@ from flame.ir import registry
 from flame.ir.graph import Graph, Value
 from flame.ir.ops.elementwise import STOP_GRADIENT
 
-# the attributes of the stop_gradient link a `.data` tensor is made with (a view of its base's storage):
-# its identity marks a write through `.data` (the link's op applies no attribute)
-DATA_LINK = types.MappingProxyType({})
+
+class DataLink(Mapping):
+    """The attributes of the stop_gradient link one `.data` tensor is made with (a view of its base's
+    storage; the link's op applies no attribute). It marks a write through `.data`, and is that tensor's
+    version counter, which its views share, as torch's: `writes`, the versions of the base's storage the
+    writes through them made (eagerly); `values`, while tracing, the link's values (each time it is
+    taken again from its base's value: dispatch.fresh)."""
+
+    __slots__ = ("writes", "values")
+
+    def __init__(self):
+        self.writes, self.values = [], []
+
+    def __getitem__(self, key):
+        raise KeyError(key)
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def note_data_link(attrs, out: Tensor, trace) -> None:
+    """out, traced, made by a view op, by detach() or by `.data` (attrs: a DataLink): the trace remembers
+    `.data`'s."""
+    if isinstance(attrs, DataLink):
+        trace.data_links.add(out._value)
+        attrs.values.append(out._value)
+
+
+def _data_link(t) -> DataLink | None:
+    links = [attrs for _, attrs, _ in t._chain if isinstance(attrs, DataLink)] if isinstance(t, Tensor) else ()
+    return links[-1] if links else None
 
 _LIVE = ByIdentity()  # stand-in -> (the buffer holding its values now, its dtype)
 
 
 def through_data(t) -> bool:
     """t is a tensor reached through `.data` (it, or a view of a `.data` tensor)."""
-    return isinstance(t, Tensor) and any(attrs is DATA_LINK for _, attrs, _ in t._chain)
+    return _data_link(t) is not None
+
+
+def written_through(t: Tensor, version: int | None) -> bool:
+    """t, reached through `.data`, was written since its base's storage was at `version` through its
+    `.data` tensor or a view of that (a write its own version counter counts)."""
+    return version is not None and any(w > version for w in _data_link(t).writes)
+
+
+def count_write_through(t: Tensor, trace=None) -> None:
+    """A write through t, reached through `.data`: its `.data` tensor's own version counter counts it.
+    Eagerly the base's version it made is noted (written_through); while tracing the link's value joins
+    Trace.counted, with the number of ops recorded before the write began (counted_writes.refused)."""
+    link = _data_link(t)
+    if trace is None:
+        link.writes.append(t._base._vc[0])
+    elif link.values:
+        begun = trace.write_begun.pop(t._value, len(trace.graph.ops))
+        for v in link.values:
+            trace.counted.setdefault(v, begun)
 
 
 def mark_live(old: Tensor, now: Tensor) -> None:

@@ -24,6 +24,7 @@ from flame.frontend.context import (
     op_recorder,
     user_location,
 )
+from flame.frontend.data_writes import note_data_link, through_data
 from flame.frontend.hooks import hand_over_hooks, hand_over_traced_hooks
 from flame.frontend.saved import hooks_installed, pack_saves, refuse_in_trace
 from flame.frontend.tensor import Tensor
@@ -328,6 +329,8 @@ def fresh(x: Tensor) -> Tensor:
     y = x._base
     for opdef, attrs, _ in x._chain:
         y = apply(opdef.name, y, **attrs)
+        if trace is not None:
+            note_data_link(attrs, y, trace)
     if trace is not None and x._value is None:  # an eager view read inside a trace: its value there
         return y
     if x._value is not None:
@@ -336,7 +339,7 @@ def fresh(x: Tensor) -> Tensor:
     else:
         # x as it was: its history; without one, its values, which the write overwrote in the storage (a
         # backward that needs them raises, autograd._inputs)
-        old = None
+        old = x if through_data(x) else None  # (`.data`'s reads the storage at backward: data_writes.py)
         if x._node is not None:
             old = history_only(Tensor._concrete(x._data, x.dtype))
             old.requires_grad, old._node = x.requires_grad, x._node

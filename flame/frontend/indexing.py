@@ -32,7 +32,7 @@ from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, T
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel, write_hook
 from flame.frontend.counted_writes import mark as mark_counted
 from flame.frontend.creation import arange
-from flame.frontend.data_writes import mark_live, through_data
+from flame.frontend.data_writes import count_write_through, mark_live, through_data
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
 from flame.frontend.hooks import hand_over_hooks
 from flame.frontend.index_ops import check_indices, wrap_negative
@@ -519,6 +519,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
         check_writable(t, what, fill)
         # t (and every other view) is derived again from the base at its next use
         _untracked(base, lambda: (write(t, new), bump(base, not through_data(t))), live=through_data(t))
+        if through_data(t):  # a write its own version counter counts
+            count_write_through(t)
         if owns:
             t._node, t.requires_grad = (new if new._node is not None else new * 1)._node, True
             t._seen = version(base)
@@ -538,6 +540,7 @@ def _write_view(t, new, what: str, fill: bool) -> None:
         if untracked:
             if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
                 trace.data_written[trace.value_of(old)] = (base, False)
+                count_write_through(t, trace)
             merged = _keeping_history(trace, old, merged, counted=not through_data(t))
         if not untracked:  # what the ops recorded before saved of the base or of t raises at backward
             mark_counted(base, trace)

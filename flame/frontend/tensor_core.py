@@ -15,7 +15,7 @@ from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, Trac
 from flame.frontend import autocast, opmath, promotion, torch_formulas
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, no_grad, user_location
-from flame.frontend.data_writes import DATA_LINK
+from flame.frontend.data_writes import DataLink, note_data_link
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply, share_readers, tell_recorder
 from flame.frontend.opmath import in_opmath
@@ -38,15 +38,14 @@ class TensorCore:
     def detach(self) -> Tensor:
         return self._detach_as({})
 
-    def _detach_as(self, link_attrs) -> Tensor:  # link_attrs: .data's are data_writes.DATA_LINK
+    def _detach_as(self, link_attrs) -> Tensor:  # link_attrs: .data's are a data_writes.DataLink
         trace = current_trace.get()
         # traced, or a concrete tensor this trace has read or written (its values there are its traced
         # Value's): an op autodiff does not differentiate through, a view of self
         if self._value is not None or (trace is not None and trace.current.get(id(self), (None,))[0] is self):
             out = apply("stop_gradient", self)
             link(out, self, opdef("stop_gradient"), link_attrs)
-            if link_attrs is DATA_LINK:  # its own version counter, as torch's .data
-                trace.data_links.add(out._value)
+            note_data_link(link_attrs, out, trace)  # .data's: its own version counter, as torch's
             return out
         out = Tensor._concrete(self._data, self._dtype)
         # as torch's: the same storage and version counter; a view of self's base, so a write through it
@@ -86,7 +85,7 @@ class TensorCore:
         self's storage as it is then: frontend/data_writes.py); while tracing, `detach()`."""
         if any(v is not None for v in (self._value, self._node, self._base, current_trace.get())):
             # a write through it must reach self's value and history: a view (a leaf's too while tracing)
-            return self._detach_as(DATA_LINK)
+            return self._detach_as(DataLink())
         out = Tensor._concrete(self._data, self._dtype)
         # a leaf's shares its buffer alone, with a version counter of its own, as torch's; a write through it
         share_readers(out, self)  # keeps what nodes read of self (frontend/leaf_writes.py)

@@ -133,10 +133,12 @@ class Trace:
     # when the backward runs (data_writes.py)
     data_written: dict = field(default_factory=dict)
     # values a write torch's version counter counts replaced (with a gradient recorded, under no_grad, through
-    # detach()): a backward running an op recorded before the write that saved one raises (counted_writes.py)
+    # detach(); the values of a `.data` tensor written through itself: data_writes.count_write_through): a
+    # backward running an op recorded before the write that saved one raises (counted_writes.py)
     counted: dict = field(default_factory=dict)  # value -> the number of ops recorded before the write
     # values `.data` made (a stop_gradient sharing its input's storage but not its version counter, unlike
-    # detach()'s): a counted write into the input is none into them (counted_writes.refused)
+    # detach()'s): a counted write into the input is none into them (counted_writes.refused), and what read
+    # them reads the storage at backward (data_writes.traced_live_reads)
     data_links: set = field(default_factory=set)
     # value -> the number of ops recorded before an in-place op on it began (indexing.stand_in): its own ops
     # come after, and read the value as torch's node reads what it clones (counted_writes.mark)

@@ -3,7 +3,8 @@ into the tensor that torch's counter counts (under no_grad, through detach(), or
 does not count for a node that saved the `.data` tensor (mul's node saves only the operand the other's
 gradient needs, here the `.data` one), and that node reads the storage as the backward finds it
 (frontend/data_writes.py). Against torch in float64: eager, compiled with the backward inside, and
-compiled with the backward run on its result outside."""
+compiled with the backward run on its result outside. A write through the `.data` tensor itself (or a
+view of it) counts on its own counter: a node that saved it raises torch's error."""
 
 from __future__ import annotations
 
@@ -136,3 +137,97 @@ def test_a_node_that_saved_the_tensor_itself_still_raises(how):
         else:
             flame.compile(lambda x: _saves_y_and_data(flame, x))(x).backward()
     assert "test_data_writes_aliases.py" in str(got.value)
+
+
+def _held_data_written(lib, x):  # a write through the .data tensor mul saved counts on its own counter
+    y = x * 2
+    z = y.data
+    out = (y * z).sum()
+    z.mul_(2)
+    return out
+
+
+def _held_data_view_written(lib, x):  # a view of it shares that counter
+    y = x * 2
+    z = y.data
+    out = (y * z).sum()
+    z[1:].mul_(2)
+    return out
+
+
+def _held_data_set(lib, x):
+    y = x * 2
+    z = y.data
+    out = (y * z).sum()
+    z[0] = 5.0
+    return out
+
+
+def _saved_view_of_data_written(lib, x):
+    y = x * 2
+    z = y.data[1:]
+    out = (y[1:] * z).sum()
+    y.data[1:].mul_(2)  # another .data tensor: not z's counter
+    z.mul_(2)
+    return out
+
+
+def _leaf_data_written(lib, x):
+    z = x.data
+    out = (x * z).sum()
+    z.mul_(2)
+    return out
+
+
+def _another_data_written(lib, x):  # each .data is a tensor of its own
+    y = x * 2
+    z = y.data
+    out = (y * z).sum()
+    w = y.data
+    w.mul_(2)
+    return out
+
+
+def _held_data_read_again(lib, x):  # z, taken again from y's storage after a write, keeps its own counter
+    y = x * 2
+    z = y.data
+    with lib.no_grad():
+        y.add_(1)
+    out = (y * z).sum()
+    with lib.no_grad():
+        y.add_(1)
+    return out
+
+
+OWN_COUNTER = {f.__name__[1:]: f for f in (_held_data_written, _held_data_view_written, _held_data_set,
+                                           _saved_view_of_data_written, _leaf_data_written, _another_data_written,
+                                           _held_data_read_again)}
+
+
+def _grad_or_none(lib, body, how: str):
+    """x's gradient, or None where the backward raises torch's error (its message checked)."""
+    x = _x(lib)
+    try:
+        if how == "eager":
+            body(lib, x).backward()
+        elif how == "compiled":
+            flame.compile(lambda x: body(flame, x).backward())(x)
+        else:
+            flame.compile(lambda x: body(flame, x))(x).backward()
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e), e
+        if lib is flame:  # the line that recorded the node
+            assert "test_data_writes_aliases.py" in str(e), e
+        return None
+    return x.grad.numpy()
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled", "compiled-backward-outside"])
+@pytest.mark.parametrize("program", list(OWN_COUNTER))
+def test_a_data_tensor_counts_the_writes_through_itself_as_torchs(program, how):
+    want, got = _grad_or_none(torch, OWN_COUNTER[program], "eager"), _grad_or_none(flame, OWN_COUNTER[program], how)
+    if want is None:
+        assert got is None, f"torch raises; flame gave {got}"
+    else:
+        assert got is not None, "flame raises where torch does not"
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
