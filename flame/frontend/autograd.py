@@ -128,7 +128,9 @@ def _rebuild(
         for k, (x, orig, ver) in enumerate(zip(inputs, node.inputs, node.versions)):
             # its history is the same; only a leaf's values can have changed under it
             if x is orig and isinstance(x, Tensor) and ver is not None and x._node is None and x._version != ver:
-                if written_through(x, ver) if through_data(x) else moved_since(x, ver):  # (.data's: its own)
+                # (.data's counter is its own; a composite's op refuses as before: its recomputed ops would read the
+                # new values, which torch's formula on what its node saved does not)
+                if written_through(x, ver) if through_data(x) and node.torch_saves is None else moved_since(x, ver):
                     counted.append(k)
                 fresh = True
         b.loc = node.loc

@@ -84,8 +84,30 @@ def _mul_by_own_data(lib, x, write):  # the in-place op's node saved y.data, whi
     return y.sum()
 
 
+def _divided_by_data(lib, x, write):  # div's node saved its divisor for both gradients
+    y = x * 2
+    out = (y / y.data).sum()
+    write(lib, y)
+    return out
+
+
+def _outer_with_data(lib, x, write):  # matmul's node saved y.data for y's gradient
+    y = x * 2
+    out = (y.reshape(3, 1) @ y.data.reshape(1, 3)).sum()
+    write(lib, y)
+    return out
+
+
+def _softmax_times_data(lib, x, write):  # softmax's node (a composite in flame) saved its result
+    y = x * 2
+    out = (y.softmax(0) * y.data).sum()
+    write(lib, y)
+    return out
+
+
 BODIES = {f.__name__[1:]: f for f in (_times_data, _data_times, _times_view_of_data, _times_data_of_view,
-                                      _exp_times_data, _leaf_times_data, _mul_by_own_data)}
+                                      _exp_times_data, _leaf_times_data, _mul_by_own_data, _divided_by_data,
+                                      _outer_with_data, _softmax_times_data)}
 CASES = [(b, w) for b in BODIES for w in WRITES if not (b == "leaf_times_data" and w == "mul_")]
 
 
@@ -199,9 +221,21 @@ def _held_data_read_again(lib, x):  # z, taken again from y's storage after a wr
     return out
 
 
+def _mse_of_y_and_data(lib, x):  # mse_loss's node saved y, which the write counts for
+    y = x * 2
+    out = _functional(lib).mse_loss(y, y.data)
+    with lib.no_grad():
+        y.add_(1)
+    return out
+
+
+def _functional(lib):
+    return torch.nn.functional if lib is torch else flame.nn.functional
+
+
 OWN_COUNTER = {f.__name__[1:]: f for f in (_held_data_written, _held_data_view_written, _held_data_set,
                                            _saved_view_of_data_written, _leaf_data_written, _another_data_written,
-                                           _held_data_read_again)}
+                                           _held_data_read_again, _mse_of_y_and_data)}
 
 
 def _grad_or_none(lib, body, how: str):
@@ -231,3 +265,20 @@ def test_a_data_tensor_counts_the_writes_through_itself_as_torchs(program, how):
     else:
         assert got is not None, "flame raises where torch does not"
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def _mse_of_data(lib, x):  # mse_loss's node saved the target y.data, which the write does not count for
+    y = x * 2
+    out = _functional(lib).mse_loss(x * 3, y.data)
+    with lib.no_grad():
+        y.add_(1)
+    return out
+
+
+@pytest.mark.parametrize("how", ["compiled", "compiled-backward-outside"])
+def test_a_composite_reads_the_written_storage_of_a_data_argument_compiled(how):
+    """Compiled, torch's formula of mse_loss reads the target as the storage holds it at backward. (The
+    eager backward raises torch's in-place error here instead: it computes the composite's ops again,
+    which would read the new values: docs/coming_from_pytorch.md.)"""
+    want = _grad_or_none(torch, _mse_of_data, "eager")
+    np.testing.assert_allclose(_grad_or_none(flame, _mse_of_data, how), want, rtol=1e-12, atol=1e-12)
