@@ -26,6 +26,7 @@ from flame.frontend.data_writes import (
     live_reads,
     now_value,
     through_data,
+    uncounted_since,
     written_through,
 )
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
@@ -55,6 +56,35 @@ def modified_error(node) -> FlameError:
                       f"{node.name}\n  at {node.loc}")
 
 
+def _data_source(x, version: int | None):
+    """x, a node's input reached through `.data` of a tensor with a gradient history whose storage a write
+    changed since the node read it (at `version`): the stand-in of the base's history then, of which x's
+    value then is x's view (_data_then); None for any other input."""
+    if not through_data(x) or x._node is not None or version is None or x._version == version:
+        return None
+    src = as_of(x._base, version)
+    return src if src is not None and src is not x._base and src._node is not None else None
+
+
+def _data_sources(node) -> list:
+    return [s for s in map(_data_source, node.inputs, node.versions) if s is not None]
+
+
+def _data_then(node, inputs: list, b, vals: dict, now: dict) -> dict[int, Value]:
+    """{position: the value then} of node's inputs reached through `.data` whose storage a write changed
+    since (_data_source): the op computes from it (the recomputing backward would read the new values
+    from the buffer), while its VJP reads the storage as it is now (data_writes.live_reads: `now`)."""
+    then = {}
+    for k, (x, version) in enumerate(zip(inputs, node.versions)):
+        src = _data_source(x, version)
+        if src is not None and id(src) in vals:
+            v = vals[id(src)]
+            for opdef, attrs, _ in x._chain:  # (.data's link, then the views taken of it)
+                v = b.emit(opdef.name, v, **attrs)
+            then[k], now[id(x)] = v, vals[id(x)]
+    return then
+
+
 def _topo(root: Tensor) -> list[Tensor]:
     """Every tensor root was computed from (root included), each after the tensors it was made from."""
     import networkx as nx  # (imported when an eager backward first runs: a traced one, or none, needs it not)
@@ -64,7 +94,7 @@ def _topo(root: Tensor) -> list[Tensor]:
     tensors, todo = {id(root): root}, [root]
     while todo:
         t = todo.pop()
-        for x in _inputs(t._node) if t._node is not None else ():
+        for x in [*_inputs(t._node), *_data_sources(t._node)] if t._node is not None else ():
             if isinstance(x, Tensor):
                 if id(x) not in tensors:
                     tensors[id(x)] = x
@@ -123,18 +153,19 @@ def _rebuild(
         if node.freed and (runs is None or id(t) in runs):  # a node not run only recomputes its value
             raise freed_graph_error(node.name, node.loc)
         inputs = _inputs(node)
+        b.loc = node.loc
+        then = _data_then(node, inputs, b, vals, now)
         fresh = False  # a leaf read as it is now, changed since by writes through .data (_note_recomputed)
         counted = []  # the positions of those changed by writes torch's version counter counts
         for k, (x, orig, ver) in enumerate(zip(inputs, node.inputs, node.versions)):
             # its history is the same; only a leaf's values can have changed under it
-            if x is orig and isinstance(x, Tensor) and ver is not None and x._node is None and x._version != ver:
-                # (.data's counter is its own; a composite's op refuses as before: its recomputed ops would read the
-                # new values, which torch's formula on what its node saved does not)
-                if written_through(x, ver) if through_data(x) and node.torch_saves is None else moved_since(x, ver):
+            if x is orig and isinstance(x, Tensor) and ver is not None and x._node is None and x._version != ver \
+                    and k not in then:
+                if written_through(x, ver) if through_data(x) else moved_since(x, ver):  # (.data's: its own counter)
                     counted.append(k)
                 fresh = True
-        b.loc = node.loc
-        vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
+        vals[id(t)] = b.emit(node.name, *[then[k] if k in then else vals[id(x)] if isinstance(x, Tensor) else x
+                                          for k, x in enumerate(inputs)], **node.attrs)
         if counted:
             _refuse_moved(vals[id(t)].producer, node, inputs, counted)
         if node.olds:
@@ -177,7 +208,7 @@ def _torch_formula(op, formula, t: Tensor, g: Graph, vals: dict, leaves: list, c
         args[name] = vals[id(read)]
         if name not in formula.saved:
             continue
-        if reader is not None and reader.olds and k in reader.olds and x._version == version:  # (.data's write)
+        if reader is not None and reader.olds and k in reader.olds and uncounted_since(x, version):  # (.data's write)
             if id(x) not in vals:  # (a leaf that takes no gradient, which no other op reads)
                 vals[id(x)] = g.add_input(x._type(), "const")
                 leaves.append(x)
@@ -242,9 +273,9 @@ def _read_written_leaves(node, out: Value, g: Graph, vals: dict, leaves: list, u
     sub = {}
     for i in node.olds:
         orig = node.inputs[i]
-        if i in kept and orig._version != node.versions[i]:
+        if i in kept and not uncounted_since(orig, node.versions[i]):
             raise saved_modified_error(node.name, node.loc)
-        if i in positions and orig._version == node.versions[i]:
+        if i in positions and uncounted_since(orig, node.versions[i]):
             if id(orig) not in vals:  # (a leaf that takes no gradient, which no other op reads)
                 vals[id(orig)] = g.add_input(orig._type(), "const")
                 leaves.append(orig)

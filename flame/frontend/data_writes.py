@@ -19,8 +19,10 @@ follows the graph's view ops).
 A `.data` tensor (or a view of it) has a version counter of its own, as torch's: a write into the tensor
 torch's counter counts (under no_grad, through detach(), or recording a gradient: y.mul_(y.data)) is none
 for a node that saved it (`y * y.data`: mul's node saves only y.data), and that node reads the storage as
-the backward finds it. Eagerly such a tensor is read by the rebuilt graph as a leaf, its buffer as it is
-then (counted_writes ignores the base's counted writes for it); while tracing, counted_writes.mark adds the
+the backward finds it. Eagerly such a tensor is a leaf of the rebuilt graph, its buffer as it is then
+(counted_writes ignores the base's counted writes for it), which the VJPs read (live_reads); where its
+base's storage was written since an op read it, the op computes from its view of the base's history then
+(autograd._data_then), as torch's forward did; while tracing, counted_writes.mark adds the
 value a counted write replaced to Trace.data_written too (flagged counted), and traced_live_reads hands
 the tensor's value now only to what read a `.data` link taken of it (Trace.data_links) or a view of one.
 Each `.data` is a tensor of its own, whose counter (its DataLink) counts the writes through it or a view of
@@ -89,6 +91,13 @@ def written_through(t: Tensor, version: int | None) -> bool:
     return version is not None and any(w > version for w in _data_link(t).writes)
 
 
+def uncounted_since(t: Tensor, version: int | None) -> bool:
+    """No write t's version counter counts changed t since `version`: for a tensor reached through `.data`,
+    none through its `.data` tensor or a view of that (written_through); for another, its version is the
+    same (a leaf's `.data` is a tensor of its own, whose writes leave it)."""
+    return not written_through(t, version) if through_data(t) else t._version == version
+
+
 def count_write_through(t: Tensor, trace=None) -> None:
     """A write through t, reached through `.data`: its `.data` tensor's own version counter counts it.
     Eagerly the base's version it made is noted (written_through); while tracing the link's value joins
@@ -146,7 +155,7 @@ def follow_writes(node, t: Tensor, inputs: list, b, vals: dict, leaves: list, co
     if t._base is None or not inputs or not isinstance(inputs[0], Tensor) or not shares_storage(node.name):
         return
     src = node.inputs[0]
-    if node.olds and 0 in node.olds and src._version == node.versions[0]:  # a leaf written through .data
+    if node.olds and 0 in node.olds and uncounted_since(src, node.versions[0]):  # a leaf written through .data
         if id(src) not in vals:  # (a leaf that takes no gradient, which no other op reads)
             vals[id(src)] = b.graph.add_input(src._type(), "const")
             leaves.append(src)

@@ -275,10 +275,50 @@ def _mse_of_data(lib, x):  # mse_loss's node saved the target y.data, which the 
     return out
 
 
-@pytest.mark.parametrize("how", ["compiled", "compiled-backward-outside"])
-def test_a_composite_reads_the_written_storage_of_a_data_argument_compiled(how):
-    """Compiled, torch's formula of mse_loss reads the target as the storage holds it at backward. (The
-    eager backward raises torch's in-place error here instead: it computes the composite's ops again,
-    which would read the new values: docs/coming_from_pytorch.md.)"""
-    want = _grad_or_none(torch, _mse_of_data, "eager")
-    np.testing.assert_allclose(_grad_or_none(flame, _mse_of_data, how), want, rtol=1e-12, atol=1e-12)
+def _leaf_view_data(lib, x):  # a view of a leaf, through .data: mul's node saved it
+    out = (x[1:] * x[1:].data).sum()
+    with lib.no_grad():
+        x.add_(1)
+    return out
+
+
+def _mse_of_leaf_view_data(lib, x):
+    out = _functional(lib).mse_loss(x[1:] * 3, x[1:].data)
+    with lib.no_grad():
+        x.add_(1)
+    return out
+
+
+def _computed_from_data(lib, x):  # the eager backward computes z from y.data as it was, as torch's forward did
+    y = x * 2
+    z = y + y.data
+    y.data.mul_(2)
+    return (z * z).sum()
+
+
+def _computed_from_data_view(lib, x):
+    y = x * 2
+    z = y[1:] + y.data[1:]
+    with lib.no_grad():
+        y.add_(1)
+    return (z * z).sum()
+
+
+def _added_own_data(lib, x):
+    y = x * 2
+    y.add_(y.data)
+    return (y * y).sum()
+
+
+READ_THEN = {f.__name__[1:]: f for f in (_mse_of_data, _leaf_view_data, _mse_of_leaf_view_data, _computed_from_data,
+                                         _computed_from_data_view, _added_own_data)}
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled", "compiled-backward-outside"])
+@pytest.mark.parametrize("program", list(READ_THEN))
+def test_what_was_computed_from_a_data_tensor_is_torchs(program, how):
+    """The ops computed from a `.data` tensor before a write read it as it was (the eager backward
+    computes them again from its tensor's history then); what torch's nodes saved of it (mse_loss's
+    target, through torch's formula) is read as the storage holds it at backward."""
+    want = _grad_or_none(torch, READ_THEN[program], "eager")
+    np.testing.assert_allclose(_grad_or_none(flame, READ_THEN[program], how), want, rtol=1e-12, atol=1e-12)
