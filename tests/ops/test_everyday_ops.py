@@ -377,16 +377,24 @@ def test_einsum_of_operands_of_different_dtypes_is_torchs(eq, operands, mode):
     theirs = [torch.tensor(a).to(getattr(torch, d)) for a, (_, d) in zip(arrays, operands)]
     mine = [flame.tensor(a).to(getattr(flame, d)) for a, (_, d) in zip(arrays, operands)]
     run = (lambda *ts: flame.einsum(eq, *ts)) if mode == "eager" else flame.compile(lambda *ts: flame.einsum(eq, *ts))
+    got, want = _run_like_torch(lambda: torch.einsum(eq, *theirs), run, mine)
+    if want is not None:
+        np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
+
+
+def _run_like_torch(theirs, run, mine):
+    """(run(*mine), theirs()) with the same dtype, or (None, None) where theirs() raises a RuntimeError and
+    run(*mine) raises one with torch's message, naming the test's line."""
     try:
-        want = torch.einsum(eq, *theirs)
+        want = theirs()
     except RuntimeError as e:
         with pytest.raises(RuntimeError, match=str(e)) as got:
             run(*mine)
         assert "test_everyday_ops.py" in str(got.value)
-        return
+        return None, None
     got = run(*mine)
     assert got.dtype == getattr(flame, str(want.dtype).removeprefix("torch."))
-    np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
+    return got, want
 
 
 AUTOCAST_EINSUMS = [
@@ -414,16 +422,11 @@ def test_einsum_of_different_dtypes_in_an_autocast_region_is_torchs(eq, operands
         with flame.autocast("cpu", dtype=flame.bfloat16):
             return flame.einsum(eq, *ts)
 
-    run = body if mode == "eager" else flame.compile(body)
-    try:
+    def theirs_in_autocast():
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            want = torch.einsum(eq, *theirs)
-    except RuntimeError as e:
-        with pytest.raises(RuntimeError, match=str(e)) as got:
-            run(*mine)
-        assert "test_everyday_ops.py" in str(got.value)
-        return
-    assert run(*mine).dtype == getattr(flame, str(want.dtype).removeprefix("torch."))
+            return torch.einsum(eq, *theirs)
+
+    _run_like_torch(theirs_in_autocast, body if mode == "eager" else flame.compile(body), mine)
 
 
 @pytest.mark.parametrize("mode", MODES)
