@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import flame
+from tests.frontend.backward_ways import MODIFIED, WAYS, grad_or_none
 
-MODIFIED = "modified by an inplace operation"
 X = np.array([[0.3, -0.2, 0.5, 0.1], [0.7, 0.2, -0.4, 0.9], [0.1, 0.0, 0.6, -0.3]])
 
 
@@ -205,23 +205,11 @@ PROGRAMS = {
 
 def _grad(lib, body, way: str):
     """x's gradient, or None where the backward raises torch's error (its message checked)."""
-    x = lib.tensor(X, dtype=lib.float64, requires_grad=True)
-    try:
-        if way == "eager":
-            body(lib, x).backward()
-        elif way == "backward inside":
-            flame.compile(lambda x: body(flame, x).backward())(x)
-        else:
-            flame.compile(lambda x: body(flame, x))(x).backward()
-    except RuntimeError as e:
-        assert MODIFIED in str(e), e
-        if lib is flame:  # the line that recorded the node
-            assert "test_counted_writes_like_torch.py" in str(e), e
-        return None
-    return np.asarray(x.grad.tolist())
+    return grad_or_none(lib, body, way, lib.tensor(X, dtype=lib.float64, requires_grad=True),
+                        "test_counted_writes_like_torch.py")
 
 
-@pytest.mark.parametrize("way", ["eager", "backward inside", "backward outside"])
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("program", list(PROGRAMS))
 def test_counted_write_like_torch(program, way):
     want, got = _grad(torch, PROGRAMS[program], "eager"), _grad(flame, PROGRAMS[program], way)

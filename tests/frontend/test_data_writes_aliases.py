@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import flame
+from tests.frontend.backward_ways import WAYS, grad_or_none, run_backward
 
 
 def _no_grad_add(lib, y):
@@ -121,7 +122,7 @@ def _torch_grad(body, write):
     return x.grad.numpy()
 
 
-@pytest.mark.parametrize("how", ["eager", "compiled", "compiled-backward-outside"])
+@pytest.mark.parametrize("how", WAYS)
 @pytest.mark.parametrize(("body", "write"), CASES, ids=[f"{b}-{w}" for b, w in CASES])
 def test_a_data_tensor_reads_the_written_storage_as_torchs(body, write, how):
     want = _torch_grad(body, write)
@@ -130,7 +131,7 @@ def test_a_data_tensor_reads_the_written_storage_as_torchs(body, write, how):
     if how == "eager":
         run(flame, x, WRITES[write]).backward()
         got = x.grad
-    elif how == "compiled":
+    elif how == "backward inside":
         got = flame.compile(lambda x: flame.autograd.grad(run(flame, x, WRITES[write]), [x])[0])(x)
     else:
         flame.compile(lambda x: run(flame, x, WRITES[write]))(x).backward()
@@ -146,18 +147,12 @@ def _saves_y_and_data(lib, x):  # mul(y, y) saved y itself: the counted write ra
     return out
 
 
-@pytest.mark.parametrize("how", ["eager", "compiled", "compiled-backward-outside"])
+@pytest.mark.parametrize("how", WAYS)
 def test_a_node_that_saved_the_tensor_itself_still_raises(how):
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         _saves_y_and_data(torch, _x(torch)).backward()
-    x = _x(flame)
     with pytest.raises(RuntimeError, match="modified by an inplace operation") as got:
-        if how == "eager":
-            _saves_y_and_data(flame, x).backward()
-        elif how == "compiled":
-            flame.compile(lambda x: _saves_y_and_data(flame, x).backward())(x)
-        else:
-            flame.compile(lambda x: _saves_y_and_data(flame, x))(x).backward()
+        run_backward(flame, _saves_y_and_data, _x(flame), how)
     assert "test_data_writes_aliases.py" in str(got.value)
 
 
@@ -240,23 +235,10 @@ OWN_COUNTER = {f.__name__[1:]: f for f in (_held_data_written, _held_data_view_w
 
 def _grad_or_none(lib, body, how: str):
     """x's gradient, or None where the backward raises torch's error (its message checked)."""
-    x = _x(lib)
-    try:
-        if how == "eager":
-            body(lib, x).backward()
-        elif how == "compiled":
-            flame.compile(lambda x: body(flame, x).backward())(x)
-        else:
-            flame.compile(lambda x: body(flame, x))(x).backward()
-    except RuntimeError as e:
-        assert "modified by an inplace operation" in str(e), e
-        if lib is flame:  # the line that recorded the node
-            assert "test_data_writes_aliases.py" in str(e), e
-        return None
-    return x.grad.numpy()
+    return grad_or_none(lib, body, how, _x(lib), "test_data_writes_aliases.py")
 
 
-@pytest.mark.parametrize("how", ["eager", "compiled", "compiled-backward-outside"])
+@pytest.mark.parametrize("how", WAYS)
 @pytest.mark.parametrize("program", list(OWN_COUNTER))
 def test_a_data_tensor_counts_the_writes_through_itself_as_torchs(program, how):
     want, got = _grad_or_none(torch, OWN_COUNTER[program], "eager"), _grad_or_none(flame, OWN_COUNTER[program], how)
@@ -314,7 +296,7 @@ READ_THEN = {f.__name__[1:]: f for f in (_mse_of_data, _leaf_view_data, _mse_of_
                                          _computed_from_data_view, _added_own_data)}
 
 
-@pytest.mark.parametrize("how", ["eager", "compiled", "compiled-backward-outside"])
+@pytest.mark.parametrize("how", WAYS)
 @pytest.mark.parametrize("program", list(READ_THEN))
 def test_what_was_computed_from_a_data_tensor_is_torchs(program, how):
     """The ops computed from a `.data` tensor before a write read it as it was (the eager backward
