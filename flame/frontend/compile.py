@@ -85,7 +85,7 @@ class _Entry:
     needs: tuple = ()  # user outputs torch would say require grad, of a body that ran no backward (compiled_outputs)
     recompute: compiled_outputs.Recompute | None = None  # their backward, made at the first call that marks them
     data_written: tuple = ()  # the body's writes through .data, for that backward (data_writes.written_positions)
-    refused: tuple = ()  # (output, op name, location): what a backward from it refuses (Trace.refused_by_outputs)
+    refused: tuple = ()  # (output, op name, location, freed): a backward from it refuses (Trace.refused_by_outputs)
 
     @property
     def family(self) -> tuple:

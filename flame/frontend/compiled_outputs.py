@@ -34,7 +34,7 @@ from flame.frontend.context import grad_enabled, user_location
 from flame.frontend.counted_writes import saved_modified_error
 from flame.frontend.custom_function import claim
 from flame.frontend.data_writes import at_positions, traced_live_reads
-from flame.frontend.dispatch import Node, record_versions
+from flame.frontend.dispatch import Node, freed_graph_error, record_versions
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.dtypes import f32
@@ -54,17 +54,19 @@ class Recompute:
         self._forward = forward  # () -> the traced Graph
         self.needs = needs
         self.data_written = data_written  # the body's writes through .data (data_writes.written_positions)
-        self.refused = refused  # (result, op name, location): an op that saved a value the body wrote since
+        # (result, op name, location, freed): an op autograd.grad() freed in the body, or that saved a value the
+        # body wrote since (Trace.refused_by_outputs)
+        self.refused = refused
         self._graphs: dict[tuple, tuple[Graph, list[bool]]] = {}
 
     def graph(self, present: tuple[int, ...]) -> tuple[Graph, list[bool]]:
         """(a graph from the forward's inputs and then the cotangents of the results at `present` to
         the gradient of each floating-point input that has one, which inputs those are). A backward from
-        a result whose history runs an op that saved a value a counted write changed after raises torch's
-        error (frontend/counted_writes.py)."""
-        for k, name, loc in self.refused:
+        a result whose history runs an op that saved a value a counted write changed after, or one that an
+        autograd.grad() in the body freed, raises torch's error (frontend/counted_writes.py)."""
+        for k, name, loc, freed in self.refused:
             if k in present:
-                raise saved_modified_error(name, loc)
+                raise (freed_graph_error if freed else saved_modified_error)(name, loc)
         got = self._graphs.get(present)
         if got is None:
             got = self._graphs[present] = _gradient_graph(self._forward(), present, f"{self.name}_backward",

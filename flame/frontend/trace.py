@@ -491,18 +491,23 @@ class Trace:
         return leaves + made, [_written_leaf(self.value_of(t)) for t in leaves] + [t._value for t in made]
 
     def refused_by_outputs(self, outputs: list[Value], needs: tuple[int, ...]) -> tuple:
-        """(index, op name, its location) for each output at `needs` a backward from which (outside the
-        trace, through compiled_outputs) runs an op that saved a value a counted write replaced."""
-        if not self.counted:
+        """(index, op name, its location, freed) for each output at `needs` a backward from which (outside
+        the trace, through compiled_outputs) runs an op that an autograd.grad() without retain_graph freed
+        (freed: True) or that saved a value a counted write replaced (False)."""
+        if not self.counted and not self.freed:
             return ()
         leaves = self._grad_leaves()[1]
         got = []
         for k in needs:
             used, carries = self._backward_ops(outputs[k], leaves)
-            found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves,
-                            self.checkpoint_args, self.data_links)
-            if found is not None:
-                got.append((k, *found))
+            again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
+            if again is not None:
+                got.append((k, again.name, again.loc, True))
+                continue
+            found = self.counted and refused(self.graph.ops, used, self.counted, carries, self.torch_saves,
+                                             self.checkpoint_args, self.data_links)
+            if found:
+                got.append((k, *found, False))
         return tuple(got)
 
     def _backward_ops(self, loss: Value, leaves: list[Value]) -> tuple[set, set]:

@@ -177,3 +177,29 @@ def test_autograd_grad_frees_the_graph_like_torch(compiled, retain, second):
         assert "test_backward_twice.py" in str(got.value)
         return
     np.testing.assert_allclose(run(fx).numpy(), want.detach().numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("retain", [None, True], ids=["freed", "retain_graph"])
+def test_a_backward_outside_after_autograd_grad_inside_is_torchs(retain):
+    """A compiled body's autograd.grad without retain_graph frees what it went through: a backward
+    outside it, on a result whose history runs through those ops, raises as torch's (naming the body's
+    line); with retain_graph=True it gives torch's gradient."""
+
+    def body(lib, x):
+        y = (x * x.sin()).sum()
+        lib.autograd.grad(y, x, retain_graph=retain)
+        return y
+
+    tx = torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64, requires_grad=True)
+    fx = flame.tensor([1.0, 2.0, 0.5], dtype=flame.float64, requires_grad=True)
+    y = flame.compile(lambda x: body(flame, x))(fx)
+    if retain is None:
+        with pytest.raises(RuntimeError, match="second time"):
+            body(torch, tx).backward()
+        with pytest.raises(RuntimeError, match="second time") as got:
+            y.backward()
+        assert "test_backward_twice.py" in str(got.value)
+        return
+    body(torch, tx).backward()
+    y.backward()
+    np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
