@@ -33,3 +33,12 @@ def grad_or_none(lib, body, way: str, x, where: str):
             assert where in str(e), e
         return None
     return np.asarray(x.grad.tolist())
+
+
+def same_as_torch(got, want, rtol: float) -> None:
+    """flame's gradient or refusal (None, grad_or_none's) is torch's: both raise, or both give close values."""
+    if want is None:
+        assert got is None, f"torch raises; flame gave {got}"
+    else:
+        assert got is not None, "flame raises where torch does not"
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-12)
