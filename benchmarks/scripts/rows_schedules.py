@@ -55,6 +55,10 @@ PLAN_CASES = {
     "fp8 SwiGLU bwd cast amax [4096,11008]": ("llama7b_block_train_fp8",
                                               "reshape+reshape+silu+mul+reshape+scaled_cast"),
     "fp8 weight amax x7": ("llama7b_block_train_fp8", "abs+reduce_max+abs+reduce_max+abs+reduce_max"),
+    # the attention output's amax, staged over rows of its head dim (passes/prepare_fusion.py stage_reductions)
+    "fp8 attention-output amax [131072,128]": ("llama7b_block_train_fp8", "abs+reduce_max", "rows", (2, 32, 2048, 128)),
+    "gpt_block_train LN bwd sums [8192,1024]": ("gpt_block_train",
+                                               "cast+cast+cast+sub+mul+mul+add+cast+cast+reduce_sum+mul+reduce_sum+cast"),
     # elementwise groups: the FP8 casts writing both layouts through a tiled transpose, by source shape
     "fp8 cast bf16 [4096,11008] both layouts": ("llama7b_block_train_fp8", "scaled_cast+permute", "elementwise",
                                                  (4096, 11008)),

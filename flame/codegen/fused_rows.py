@@ -19,7 +19,9 @@ in 39.7-44.5 us against 34.9:
 - "new": a thread owns vectors t = lane + j*G of V contiguous elements (16-byte loads and stores
   where every per-element access walks the row contiguously and rows start on whole vectors; a
   kernel-wide alignment check picks a same-order element-by-element copy of the row loop otherwise);
-  registers hold the row in its storage type; the threads per row G are the fewest (a warp first:
+  registers hold the row in its storage type; the threads per row G (codegen/row_threads.py) are, for
+  rows of at most 16 vectors with no column sums, the fewest that give each a vector (several rows
+  to a warp, shuffles among a row's lanes: Config.sub_warp_rows), else the fewest (a warp first:
   shuffles only, no barrier, 8 rows per block) at which the held data fits Config.row_regs
   registers, or, with column sums only, the fewest (4, 8 or 16) whose one vector each covers the row
   (resnet_block_train's BatchNorm statistics [262144 rows x 128] bf16 on an H100: 16 threads per
@@ -60,6 +62,7 @@ from flame.codegen.kernel import (
     rows_schedule,
     store,
 )
+from flame.codegen.row_threads import narrow_threads, new_threads, old_threads, stream_threads
 from flame.codegen.rows_columns import Columns, column_fold, column_period, scratch_ptr
 from flame.codegen.snippets import accumulator
 from flame.ir import symbolic
@@ -75,25 +78,13 @@ _COLUMN_BLOCK = 512  # threads of a block that carries column partials (several 
 _COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when the block folds them
 
 
-_THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)  # "new": threads per row, fewest first
-FEW_ROWS_VECTORS = 2  # "new", fewer rows than multiprocessors: at most this many vectors per thread
-# streamed rows: threads per row doubled from Config.row_stream_threads up to 1024 while a thread would
-# take more vectors than this in a pass: gpt_train's loss (rows of 32768, bf16 read as f32) 470 us at
-# 1024 threads, 623 at 512; FP8's SwiGLU amax (rows of 11008 bf16) 143 us at 512, 231 at 1024 (H100)
-STREAM_VECTORS = 4
-
-
-def _threads(R: int) -> int:
-    return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
-
-
 def _block(G: int, M: int, R: int, columns: tuple[Op, ...], row_totals: bool = True) -> int:
     """Threads per block. Warp rows: 8 per block (no barriers). A row kernel carrying column reductions
     runs several wider (or, without row totals, narrower) rows per block (fewer, larger per-block
     partials, more threads per SM) when every step of the row loop keeps all of a block's rows real
     (M divisible by the rows per block: the rows' barriers stay uniform; no matter without
     row_totals, whose rows take no barrier) and the rows' partials fit in shared memory; else one row."""
-    if G == 32:
+    if G == 32 or (G < 32 and not columns):  # a warp per row, or several rows to a warp
         return 256
     S = _COLUMN_BLOCK // G
     acc = max((accumulator(op).dtype.itemsize for op in columns), default=0)
@@ -349,11 +340,13 @@ class _RowSegment:
         then its total is the row's value of op.out (or, split, the chunk's partial is written)."""
         accu = accumulator(op)
         acc = accu.dtype
-        out.append(f"for (int d = 16; d > 0; d >>= 1) {{ const {acc.cuda_type} b = __shfl_down_sync(0xffffffffu, "
-                   f"{a}, d); {a} = {accu.combine(a, 'b')}; }}")
+        if self.G > 1:  # lane 0 of each row's (or row warp's) lanes folds them: shuffles stay among those lanes
+            out.append(f"for (int d = {min(self.G, 32) // 2}; d > 0; d >>= 1) {{ const {acc.cuda_type} b = "
+                       f"__shfl_down_sync(0xffffffffu, {a}, d); {a} = {accu.combine(a, 'b')}; }}")
         sync = self.barrier()
-        if self.G == 32:
-            out.append(f"{a} = __shfl_sync(0xffffffffu, {a}, 0);")
+        if self.G <= 32:  # the row's lanes are one warp's or fewer: lane 0's total to each (a lone thread has it)
+            if self.G > 1:
+                out.append(f"{a} = __shfl_sync(0xffffffffu, {a}, 0{f', {self.G}' if self.G < 32 else ''});")
         elif self.slots:  # one shared slot per reduction of the row: one barrier (rows_red says why)
             sm = f"reinterpret_cast<{acc.cuda_type}*>(row_red + {nth} * slot)"
             out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", sync, f"{a} = {sm}[0];",
@@ -556,67 +549,6 @@ def _split_schedule(segs: list[list[Op]], lays: list[Layout], columns: tuple[Op,
     return -(-R // CH), CH
 
 
-def _new_threads(make, config: Config, few: bool = False) -> tuple[int, list[_RowSegment]]:
-    """"new": (G threads per row, the segments at G): the fewest threads at which every segment keeps
-    its row in registers and the held data fits Config.row_regs registers per thread, carrying
-    costly values (Config.row_carry) if some G fits with them; else 1024 threads, the row in
-    registers only if it fits the 64 registers a thread of a 1024-thread block has (streamed else).
-    few: the group has fewer rows than the GPU has multiprocessors, so a row's threads are all that
-    work on it: at least enough that each holds FEW_ROWS_VECTORS vectors (a loss's label count, one
-    row of 8192 i64 labels, took 32 threads of 256 elements each, whose unrolled code NVRTC compiled
-    in 27 s)."""
-    for carry in (True, False) if config.row_carry else (False,):
-        for G in _THREAD_CHOICES:
-            parts = make(G, carry)
-            if few and G < 1024 and any(p.J > FEW_ROWS_VECTORS for p in parts):
-                continue
-            if all(p.cached for p in parts) and max(p.data_regs() for p in parts) <= config.row_regs:
-                return G, parts
-    parts = make(1024)
-    if all(p.cached for p in parts) and max(p.data_regs() for p in parts) <= 40:
-        return 1024, parts
-    return 1024, make(1024, hold=False)
-
-
-def _stream_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
-    """Streamed rows: (G threads per row, the segments at G). Config.row_stream_threads, doubled up to
-    1024 while a thread would take more than STREAM_VECTORS vectors a pass; with Config.row_stream_fit,
-    half as many instead where that leaves fewer threads idle in a row's last step: an FP8 backward's
-    SwiGLU rows of 688 16-element vectors take 3 steps of 256 threads (10 % of them idle in all) rather
-    than 2 of 512 (33 %)."""
-    G, parts = config.row_stream_threads, make(config.row_stream_threads, hold=False)
-    while G < 1024 and max(p.J for p in parts) > STREAM_VECTORS:
-        G, parts = 2 * G, make(2 * G, hold=False)
-    if not config.row_stream_fit or G // 2 < 32:
-        return G, parts
-    half = make(G // 2, hold=False)
-
-    def idle(g: int, segs: list[_RowSegment]) -> float:  # the thread steps of a row that have no vector
-        return sum(p.J * g - -(-p.CH // p.V) for p in segs) / sum(p.J * g for p in segs)
-
-    if max(p.J for p in half) <= STREAM_VECTORS and idle(G // 2, half) < idle(G, parts) - 0.05:
-        return G // 2, half
-    return G, parts
-
-
-def _narrow_threads(make) -> tuple[int, list[_RowSegment]] | None:
-    """"new", column sums only (a channels-last BatchNorm's statistics, a LayerNorm backward's
-    recomputed output beside its weight and bias gradients): no row total, so no shuffle needs a
-    whole warp: (the fewest threads, a power of two of at least 4, that cover a row with one vector
-    each, the segments at it), or None when that takes more than 1024 threads or the row is not held
-    in registers. Rows of more than 16 vectors (whole warps) gain too: gpt_block_train's
-    LayerNorm-backward kernel of [8192, 1024] bf16 (the recomputed normalised input beside dweight
-    and dbias) runs in 17.7 + 3.6 us (fold) against 25.3 + 8.0 on the old schedule on an H200
-    (benchmarks/results/2026-11-29-H200-column-rows/)."""
-    parts = make(32)
-    V, R = parts[0].V, max(p.R for p in parts)
-    G = next((g for g in (4, 8, 16, 32, 64, 128, 256, 512, 1024) if g * V >= R), 0)
-    if not G or (G < 32 and not all(p.cached for p in parts)):
-        return None
-    parts = parts if G == 32 else make(G)
-    return (G, parts) if all(p.cached for p in parts) else None
-
-
 def _merge_rows(out: list[str], late: list[str]) -> list[str]:
     """Row statements emitted while writing per-row results go before those writes."""
     if not late:
@@ -710,7 +642,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)
                 for k, (seg, lay) in enumerate(zip(segs, lays))]
 
-    narrow = _narrow_threads(make) if new and column_only else None
+    narrow = narrow_threads(make) if new and column_only else None
     if narrow is None and column_only and schedule == "auto":
         new = False  # rows of over 1024 vectors carrying column sums only: the old schedule is the measured one
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
@@ -719,15 +651,15 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     elif (new and not narrow and row_stream_min(config) and isinstance(R, int) and isinstance(M, int)
           and min(n for n, lay in zip(lengths, lays) if lay.n_red) >= row_stream_min(config)
           and M >= target.sm_count):  # many long rows: streamed (Config.row_stream_min)
-        G, parts = _stream_threads(make, config)
+        G, parts = stream_threads(make, config)
     elif new:
-        G, parts = narrow or _new_threads(make, config, few=isinstance(M, int) and M < target.sm_count)
+        G, parts = narrow or new_threads(make, config, few=isinstance(M, int) and M < target.sm_count)
     else:
-        G = config.split_threads if split else 1024 if dynamic_row else _threads(R)
+        G = config.split_threads if split else 1024 if dynamic_row else old_threads(R)
         parts = make(G)
     if new and long_mixed and not all(p.cached for p in parts):  # measured with the rows in registers only:
         new, config = False, held_config  # rows streamed on the new schedule keep the old one (make reads both)
-        G, parts = _threads(R), make(_threads(R))
+        G, parts = old_threads(R), make(old_threads(R))
     block = _block(G, M, R, columns, row_totals=not column_only)
     for p in parts:
         p.block = block

@@ -113,7 +113,10 @@ class Config:
     read (codegen/fused_rows.py `_schedule`), instead of a pass per reduction and one for the stores:
     an FP8 backward's SwiGLU kernel with the amaxes of its two gradients went over its three streamed
     input rows three times (304 -> 257 us on an H100), the SwiGLU amax over its two twice (130 -> 97
-    us; benchmarks/results/2026-12-06-H100-merged-row-passes/). None: $FLAME_MERGE_ROW_PASSES, else on."""
+    us; benchmarks/results/2026-12-06-H100-merged-row-passes/). None: $FLAME_MERGE_ROW_PASSES, else on.
+    sub_warp_rows: "new" row kernels of rows of at most 16 vectors with a total each and no column sums
+    take fewer threads per row than a warp, several rows to a warp (codegen/row_threads.py
+    sub_warp_threads); None: $FLAME_SUB_WARP_ROWS, else on."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -145,6 +148,7 @@ class Config:
     byte_words: bool | None = None
     splat_loads: bool | None = None
     merge_row_passes: bool | None = None
+    sub_warp_rows: bool | None = None
 
 
 DEFAULT_CONFIG = Config()
@@ -225,6 +229,13 @@ def merge_row_passes(config: Config = DEFAULT_CONFIG) -> bool:
     return config.merge_row_passes
 
 
+def sub_warp_rows(config: Config = DEFAULT_CONFIG) -> bool:
+    """config.sub_warp_rows, else $FLAME_SUB_WARP_ROWS, else on (Config says what it does)."""
+    if config.sub_warp_rows is None:
+        return env_flag("FLAME_SUB_WARP_ROWS", True)
+    return config.sub_warp_rows
+
+
 ROW_STREAM_MIN = 8192  # Config.row_stream_min's default
 
 
@@ -237,11 +248,11 @@ def row_stream_min(config: Config = DEFAULT_CONFIG) -> int:
 
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
     """The settings codegen reads from the environment (rows_schedule, balanced_scalars, tiled_maps,
-    wide_byte_tiles, byte_words, splat_loads, merge_row_passes, row_stream_min, flash_pipeline): part of
-    every key under which rendered kernels or compiled plans are kept."""
+    wide_byte_tiles, byte_words, splat_loads, merge_row_passes, row_stream_min, sub_warp_rows,
+    flash_pipeline): part of every key under which rendered kernels or compiled plans are kept."""
     return (rows_schedule(config), balanced_scalars(config), tiled_maps(config), wide_byte_tiles(config),
             byte_words(config), splat_loads(config), merge_row_passes(config), row_stream_min(config),
-            flash_pipeline())
+            sub_warp_rows(config), flash_pipeline())
 
 
 @dataclass(frozen=True)

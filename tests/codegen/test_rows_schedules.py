@@ -77,8 +77,21 @@ CASES = {
     "warp_vectors": (_graph(_layer_norm, (16, 40), f32), NEW, None,
                      ["32 threads per row", "flame_vec<float, 4>", "4-element vectors"]),
     "odd_length": (_graph(_layer_norm, (24, 37), f32), NEW, None, ["32 threads per row", "1-element vectors"]),
+    # 9 rows of 3 vectors: not whole warps of 4-lane rows (a warp's lanes all reach its shuffles), so a warp each
     "shorter_than_warp_bf16": (_graph(_softmax, (9, 24), bf16), NEW, None,
-                               ["flame_vec<__nv_bfloat16, 8>", "1 value(s) carried"]),
+                               ["32 threads per row", "flame_vec<__nv_bfloat16, 8>", "1 value(s) carried"]),
+    # rows of at most 16 vectors, whole warps of them: several rows to a warp (Config.sub_warp_rows), the
+    # totals folded by shuffles among each row's lanes
+    "sub_warp_rows": (_graph(_softmax, (64, 128), bf16), NEW, None,
+                      ["16 threads per row, 16 rows per block", "for (int d = 8; d > 0;", ", 0, 16);"]),
+    "sub_warp_rows_f32": (_graph(_layer_norm, (16, 40), f32), NEW, None,
+                          ["16 threads per row", "4-element vectors", ", 0, 16);"]),
+    "sub_warp_rows_two_lanes": (_graph(_sum_squares, (96, 16), bf16), NEW, None,
+                                ["2 threads per row, 128 rows per block", "8-element vectors", ", 0, 2);"]),
+    "sub_warp_rows_one_lane": (_graph(_softmax, (256, 8), bf16), NEW, None,
+                               ["1 threads per row, 256 rows per block", "8-element vectors"]),
+    "sub_warp_rows_off": (_graph(_softmax, (64, 128), bf16), Config(rows_schedule="new", sub_warp_rows=False),
+                          None, ["32 threads per row, 8 rows per block"]),
     "softmax_carry": (_graph(_softmax, (8, 1000), bf16), NEW, None, ["y0[j * 8 + v]", "1 value(s) carried"]),
     "softmax_no_carry": (_graph(_softmax, (8, 1000), bf16), Config(rows_schedule="new", row_carry=False), None,
                          ["8-element vectors, 3 passes over the row)"]),
@@ -399,7 +412,7 @@ def test_a_row_with_no_other_rows_beside_it_takes_enough_threads_to_hold_few_vec
     """One row of 8192 (a loss's count of kept labels among i64 labels, stored beside bool masks):
     fewer rows than multiprocessors, so the row's threads are all the kernel has; each holds at most
     FEW_ROWS_VECTORS vectors (32 threads of 256 elements each made unrolled code NVRTC took 27 s on)."""
-    from flame.codegen.fused_rows import FEW_ROWS_VECTORS
+    from flame.codegen.row_threads import FEW_ROWS_VECTORS
     from flame.ir.dtypes import i64
 
     g = Graph("labels")
