@@ -7,12 +7,14 @@ for the attention weights or attention dropout is active, which need the probabi
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from flame.errors import ArgumentRangeError, AssertedArgumentError, AssertedShapeError, ShapeError
 from flame.frontend import functional as F
-from flame.frontend.context import current_trace, user_location
+from flame.frontend.autocast import cpu_lists, is_autocast_enabled
+from flame.frontend.context import current_trace, is_grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import Generator, full, ones, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.mha import canonical_mask, multi_head_attention_forward
@@ -193,11 +195,13 @@ class TransformerEncoderLayer(Module):
 
 class TransformerEncoder(Module):
     """num_layers copies of encoder_layer (torch.nn.TransformerEncoder: layers.0, layers.1, ...), then
-    norm if given. enable_nested_tensor and mask_check are kept as torch's attributes; flame builds no
-    nested tensors (use_nested_tensor is False), so padded positions are computed as the others. Its
-    masks are made additive of src's dtype (torch's F._canonical_mask, with its warning for masks of
-    mismatched types), and is_causal=None asks whether mask is the causal one (torch's
-    _detect_is_causal_mask), as the encoder layer and the decoder's tgt_is_causal=None do too."""
+    norm if given. Its masks are made additive of src's dtype (torch's F._canonical_mask, with its warning
+    for masks of mismatched types), and is_causal=None asks whether mask is the causal one (torch's
+    _detect_is_causal_mask), as the encoder layer and the decoder's tgt_is_causal=None do too.
+    use_nested_tensor is torch's: enable_nested_tensor, unless the layer cannot take torch's inference
+    fast path (with torch's warning naming why). Where torch takes that path (see _fast_path_padding),
+    its nested tensors leave zeros at the padded positions, before norm; flame zeroes the same positions
+    (a graph op, so compiled steps agree) and computes the others as always."""
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True):
@@ -205,17 +209,87 @@ class TransformerEncoder(Module):
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers = num_layers
         self.norm = norm
-        self.enable_nested_tensor, self.use_nested_tensor, self.mask_check = enable_nested_tensor, False, mask_check
+        self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
+        why_not = _why_not_nested(encoder_layer)
+        if enable_nested_tensor and why_not:
+            warnings.warn(
+                f"enable_nested_tensor is True, but self.use_nested_tensor is False because {why_not}",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
+        self.use_nested_tensor = enable_nested_tensor and not why_not
 
     def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool | None = None) -> Tensor:
         src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask", mask, "mask", src.dtype)
         mask = canonical_mask(mask, "mask", None, "", src.dtype)
+        zeroed = self._fast_path_padding(src, mask, src_key_padding_mask)
         is_causal = _detect_is_causal_mask(mask, is_causal, _seq_len(src, self.layers[0].self_attn.batch_first))
         x = src
         for layer in self.layers:
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
+        if zeroed is not None:
+            x = x.masked_fill(zeroed, 0.0)
         return self.norm(x) if self.norm is not None else x
+
+    def _fast_path_padding(self, src: Tensor, mask: Tensor | None, key_padding: Tensor | None) -> Tensor | None:
+        """The [N, S, 1] positions torch's TransformerEncoder.forward returns as zeros (before norm), or
+        None where it takes no fast path: it takes it with use_nested_tensor, the first layer in eval mode,
+        a batched src, a key padding mask and no mask, outside CUDA autocast (torch.is_autocast_enabled()
+        asks about CUDA only), and with gradients off or none of src and the first layer's parameters
+        requiring one. The padded positions are those where the (additive) mask is not 0, as torch's
+        logical_not of it; with mask_check, only if every row's padding is at its end (else torch keeps
+        the dense computation): a tensor test, so a compiled step reads no value."""
+        first = self.layers[0]
+        if (
+            not self.use_nested_tensor
+            or first.training
+            or src.ndim != 3
+            or key_padding is None
+            or mask is not None
+            or (is_autocast_enabled() and not cpu_lists())
+        ):
+            return None
+        attn = first.self_attn
+        watched = (
+            src,
+            attn.in_proj_weight,
+            attn.in_proj_bias,
+            attn.out_proj.weight,
+            attn.out_proj.bias,
+            first.norm1.weight,
+            first.norm1.bias,
+            first.norm2.weight,
+            first.norm2.bias,
+            first.linear1.weight,
+            first.linear1.bias,
+            first.linear2.weight,
+            first.linear2.bias,
+        )
+        if is_grad_enabled() and any(t is not None and t.requires_grad for t in watched):
+            return None
+        padded = key_padding != 0
+        if self.mask_check:  # torch._nested_tensor_from_mask_left_aligned: no valid key after a padded one
+            padded = padded & ~(padded[:, :-1] & ~padded[:, 1:]).any()
+        return padded.unsqueeze(-1)
+
+
+def _why_not_nested(layer: Module) -> str:
+    """Why torch's TransformerEncoder sets use_nested_tensor False for encoder_layer, in its words ("" when
+    it does not)."""
+    if not isinstance(layer, TransformerEncoderLayer):
+        return "encoder_layer was not TransformerEncoderLayer"
+    attn = layer.self_attn
+    reasons = (
+        (layer.norm_first, "norm_first was True"),
+        (not attn.batch_first, "self_attn.batch_first was not True(use batch_first for better inference performance)"),
+        (not attn._qkv_same_embed_dim, "self_attn._qkv_same_embed_dim was not True"),
+        (attn.in_proj_bias is None, "self_attn was passed bias=False"),
+        (not layer.activation_relu_or_gelu, "activation_relu_or_gelu was not True"),
+        (layer.norm1.eps != layer.norm2.eps, "norm1.eps was not equal to encoder_layer.norm2.eps"),
+        (attn.num_heads % 2 == 1, "self_attn.num_heads is odd"),
+    )
+    return next((f"encoder_layer.{why}" for failed, why in reasons if failed), "")
 
 
 class TransformerDecoderLayer(Module):

@@ -381,27 +381,6 @@ def test_square_subsequent_mask():
     )
 
 
-def test_encoder_inference_with_padding_mask():
-    """torch's inference fast path (eval, no grad, nested tensors) returns zeros at padded positions;
-    flame computes them as in training. The positions that are not padding agree."""
-
-    def build(lib):
-        layer = lib.nn.TransformerEncoderLayer(E, H, 7, dropout=0.0, batch_first=True)
-        return lib.nn.TransformerEncoder(layer, 2)
-
-    theirs, mine = twin(build)
-    theirs.eval(), mine.eval()
-    x = rng(7).standard_normal((2, 5, E))
-    kp = np.zeros((2, 5), bool)
-    kp[0, 3:] = True
-    with torch.no_grad(), pytest.warns(UserWarning):
-        t = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kp)).numpy()
-    with flame.no_grad():
-        f = mine(flame.tensor(x), src_key_padding_mask=flame.tensor(kp)).numpy()
-    np.testing.assert_allclose(f[~kp], t[~kp], rtol=1e-9, atol=1e-10)
-    assert np.all(t[kp] == 0) and np.all(np.abs(f[kp]).sum(-1) > 0)
-
-
 @pytest.mark.parametrize("layer", ["TransformerEncoderLayer", "TransformerDecoderLayer"])
 def test_unknown_activation_is_a_runtime_error(layer):
     for lib in (torch, flame):
@@ -416,9 +395,7 @@ def test_layer_and_stack_attributes_as_torch():
         return [lib.nn.TransformerEncoderLayer(E, H, 7, activation=a).activation_relu_or_gelu for a in acts]
 
     assert tags(flame) == tags(torch) == [1, 2, 1, 2, 1, 2, 0]
-    for enable in (True, False):
-        stack = flame.nn.TransformerEncoder(flame.nn.TransformerEncoderLayer(E, H, 7), 2, None, enable, False)
-        assert (stack.enable_nested_tensor, stack.use_nested_tensor, stack.mask_check) == (enable, False, False)
+    # use_nested_tensor, and the inference fast path it enables: tests/nn_parity/test_transformer_fast_path.py
 
 
 def test_reset_parameters_takes_no_argument():
