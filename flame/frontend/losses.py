@@ -172,7 +172,7 @@ def cross_entropy(
     target: Tensor,
     weight: Tensor | None = None,
     size_average=None,  # noqa: A002
-    ignore_index: int | None = None,
+    ignore_index: int | None = -100,
     reduce=None,
     reduction: str = "mean",
     label_smoothing: float = 0.0,

@@ -397,7 +397,7 @@ class MSELoss(_Loss):
 class CrossEntropyLoss(_WeightedLoss):
     """torch.nn.CrossEntropyLoss (its arguments, in its order): F.cross_entropy as a module."""
 
-    def __init__(self, weight: Tensor | None = None, size_average=None, ignore_index: int | None = None, reduce=None,
+    def __init__(self, weight: Tensor | None = None, size_average=None, ignore_index: int = -100, reduce=None,
                  reduction: str = "mean", label_smoothing: float = 0.0):
         super().__init__()
         losses._no_legacy("CrossEntropyLoss", size_average, reduce)
