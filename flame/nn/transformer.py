@@ -237,9 +237,10 @@ class TransformerEncoder(Module):
         None where it takes no fast path: it takes it with use_nested_tensor, the first layer in eval mode,
         a batched src, a key padding mask and no mask, outside CUDA autocast (torch.is_autocast_enabled()
         asks about CUDA only), and with gradients off or none of src and the first layer's parameters
-        requiring one. The padded positions are those where the (additive) mask is not 0, as torch's
-        logical_not of it; with mask_check, only if every row's padding is at its end (else torch keeps
-        the dense computation): a tensor test, so a compiled step reads no value."""
+        requiring one (inside @flame.compile, the gradient mode is then a guard of the call). The padded
+        positions are those where the (additive) mask is not 0, as torch's logical_not of it; with
+        mask_check, only if every row's padding is at its end (else torch keeps the dense computation): a
+        tensor test, so a compiled step reads no value."""
         first = self.layers[0]
         if (
             not self.use_nested_tensor
@@ -266,8 +267,12 @@ class TransformerEncoder(Module):
             first.linear2.weight,
             first.linear2.bias,
         )
-        if is_grad_enabled() and any(t is not None and t.requires_grad for t in watched):
-            return None
+        if any(t is not None and t.requires_grad for t in watched):
+            trace = current_trace.get()
+            if trace is not None:  # a replay with gradients switched re-traces, as the choice differs
+                trace.guard(is_grad_enabled, "whether gradients are on (TransformerEncoder's inference fast path)")
+            if is_grad_enabled():
+                return None
         padded = key_padding != 0
         if self.mask_check:  # torch._nested_tensor_from_mask_left_aligned: no valid key after a padded one
             padded = padded & ~(padded[:, :-1] & ~padded[:, 1:]).any()

@@ -142,3 +142,20 @@ def test_use_nested_tensor_and_its_warning_as_torch(layer, enable):
         return stack.enable_nested_tensor, stack.use_nested_tensor, stack.mask_check, notes
 
     assert built(flame) == built(torch)
+
+
+def test_compiled_call_follows_the_gradient_mode_of_each_call():
+    """One compiled function called with gradients off, on, then off: torch zeroes the padded positions
+    only when they are off (the first layer's parameters require grad)."""
+    theirs, mine = _stack(False)
+    theirs.eval(), mine.eval()
+    x, kp = rng(7).standard_normal((3, 5, E)), _padding("bool")
+    call = flame.compile(lambda x, kp: mine(x, src_key_padding_mask=kp))
+    for grad in (False, True, False):
+        with torch.set_grad_enabled(grad), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kp)).detach().numpy()
+        with flame.set_grad_enabled(grad), warnings.catch_warnings():
+            warnings.simplefilter("ignore", flame.RecompileWarning)
+            f = call(flame.tensor(x), flame.tensor(kp)).detach().numpy()
+        np.testing.assert_allclose(f, t, rtol=1e-9, atol=1e-10, err_msg=f"grad={grad}")
