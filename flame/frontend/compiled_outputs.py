@@ -30,7 +30,7 @@ from functools import cache
 from typing import Any
 
 from flame.errors import AutogradError
-from flame.frontend.context import grad_enabled, user_location
+from flame.frontend.context import TRACING_HOOKS, current_trace, grad_enabled, user_location
 from flame.frontend.counted_writes import saved_modified_error
 from flame.frontend.custom_function import claim
 from flame.frontend.data_writes import at_positions, traced_live_reads
@@ -149,6 +149,20 @@ def _op():
 def recording() -> bool:
     """Whether a call made now records gradients through its results (gradients are on)."""
     return grad_enabled.get()
+
+
+def _traced_without_gradients(tracing: bool) -> None:
+    """Installed in frontend.context.TRACING_HOOKS: a body traced with gradients off (a first call under
+    no_grad: an evaluation or a warm-up before training) made no result that requires grad, so its trace
+    must not serve a call with them on, whose results a backward() differentiates (the parameters got no
+    gradient at all): gradients being off is then a guard, and such a call traces again, as torch.compile
+    guards the grad mode. A trace made with them on serves a call under no_grad (recording() is False)."""
+    trace = current_trace.get()
+    if tracing and trace is not None and not grad_enabled.get():
+        trace.guard(grad_enabled.get, "gradients on (the trace was made under no_grad)")
+
+
+TRACING_HOOKS.append(_traced_without_gradients)
 
 
 def attach(recompute: Recompute, outputs: list, inputs: list) -> list:
