@@ -144,14 +144,15 @@ def test_use_nested_tensor_and_its_warning_as_torch(layer, enable):
     assert built(flame) == built(torch)
 
 
-def test_compiled_call_follows_the_gradient_mode_of_each_call():
-    """One compiled function called with gradients off, on, then off: torch zeroes the padded positions
+@pytest.mark.parametrize("modes", [(False, True, False), (True, False, True)])
+def test_compiled_call_follows_the_gradient_mode_of_each_call(modes):
+    """One compiled function called with gradients off and on in turn: torch zeroes the padded positions
     only when they are off (the first layer's parameters require grad)."""
     theirs, mine = _stack(False)
     theirs.eval(), mine.eval()
     x, kp = rng(7).standard_normal((3, 5, E)), _padding("bool")
     call = flame.compile(lambda x, kp: mine(x, src_key_padding_mask=kp))
-    for grad in (False, True, False):
+    for grad in modes:
         with torch.set_grad_enabled(grad), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kp)).detach().numpy()
