@@ -168,6 +168,12 @@ class DeterminismError(FlameError, RuntimeError):
     flame.use_deterministic_algorithms(True) (torch raises a RuntimeError there too)."""
 
 
+class UnsupportedError(FlameError, NotImplementedError):
+    """A PyTorch option flame does not implement (sparse embedding gradients, an optimizer's
+    differentiable=True): refused where the user asks for it, naming their line, rather than run in a
+    way that would give other results than PyTorch's."""
+
+
 class RecompileWarning(UserWarning):
     """A @flame.compile'd function traced again after its first trace: an argument's shape, dtype or
     value changed, or a Python value the trace baked in (a module's train/eval mode, a global or a

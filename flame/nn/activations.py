@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import AssertedArgumentError, ShapeError
+from flame.errors import AssertedArgumentError, ShapeError, UnsupportedError
 from flame.frontend import activations as A
 from flame.frontend import activations_inplace as FI
 from flame.frontend import functional as F
@@ -529,7 +529,10 @@ class EmbeddingBag(Module):
                  dtype: Any = None, *, generator=None):
         super().__init__()
         if max_norm is not None or scale_grad_by_freq:
-            raise NotImplementedError("EmbeddingBag: max_norm and scale_grad_by_freq are not supported")
+            raise UnsupportedError(
+                f"EmbeddingBag: max_norm and scale_grad_by_freq are not supported; use Embedding (which has both) "
+                f"and reduce its rows\n  at {user_location()}"
+            )
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
             raise AssertedArgumentError("padding_idx must be within num_embeddings")

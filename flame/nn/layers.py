@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import AssertedArgumentError
+from flame.errors import AssertedArgumentError, UnsupportedError
 from flame.frontend import activations_inplace as FI
 from flame.frontend import functional as F
 from flame.frontend import losses
-from flame.frontend.context import current_trace, no_grad
+from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import Generator, ones, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.guards import is_plain
@@ -169,8 +169,10 @@ class Embedding(Module):
                  dtype: Any = None, *, generator: Generator | None = None):
         super().__init__()
         if sparse:
-            raise NotImplementedError("Embedding: sparse gradients are not supported; use sparse=False (a dense "
-                                      "gradient)")
+            raise UnsupportedError(
+                f"Embedding: sparse gradients are not supported; use sparse=False (a dense gradient)"
+                f"\n  at {user_location()}"
+            )
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
         self.sparse = sparse

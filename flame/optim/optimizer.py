@@ -28,6 +28,7 @@ from flame.errors import (
     FlameError,
     ShapeError,
     TraceError,
+    UnsupportedError,
 )
 from flame.frontend.context import TRACING_HOOKS, current_trace, enable_grad, no_grad, pinned_location, user_location
 from flame.frontend.creation import zeros
@@ -114,8 +115,9 @@ class Optimizer:
                 f"  at {user_location()}"
             )
         if flags.get("differentiable"):
-            raise NotImplementedError(
-                f"{type(self).__name__}: differentiable=True (gradients through the update) is not supported"
+            raise UnsupportedError(
+                f"{type(self).__name__}: differentiable=True (gradients through the update) is not supported; "
+                f"leave it False\n  at {user_location()}"
             )
         self.defaults = dict(defaults, **{k: flags.get(k, self.FLAG_DEFAULTS[k]) for k in self.torch_flags})
         self.param_groups: list[dict[str, Any]] = []
