@@ -12,7 +12,7 @@ from typing import Any
 from flame.frontend.tensor import Tensor
 from flame.func._grad import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, linearize, vjp
 from flame.func._vmap import stack_module_state, vmap
-from flame.nn.conv import _BatchNorm
+from flame.nn.batchnorm import _BatchNorm
 from flame.nn.utils.stateless import _functional_call
 
 __all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "linearize",

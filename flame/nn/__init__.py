@@ -61,6 +61,14 @@ from flame.nn.activations import (
     ZeroPad3d,
 )
 from flame.nn.adaptive import AdaptiveLogSoftmaxWithLoss
+from flame.nn.batchnorm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    LazyBatchNorm1d,
+    LazyBatchNorm2d,
+    LazyBatchNorm3d,
+)
 from flame.nn.conv import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -71,9 +79,6 @@ from flame.nn.conv import (
     AvgPool1d,
     AvgPool2d,
     AvgPool3d,
-    BatchNorm1d,
-    BatchNorm2d,
-    BatchNorm3d,
     Conv1d,
     Conv2d,
     Conv3d,
@@ -84,9 +89,6 @@ from flame.nn.conv import (
     FractionalMaxPool2d,
     FractionalMaxPool3d,
     GroupNorm,
-    LazyBatchNorm1d,
-    LazyBatchNorm2d,
-    LazyBatchNorm3d,
     LazyConv1d,
     LazyConv2d,
     LazyConv3d,

@@ -21,7 +21,7 @@ from flame.frontend.creation import full, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
 from flame.nn import init
-from flame.nn.conv import _LazyNorm, _NormBase
+from flame.nn.batchnorm import _LazyNorm, _NormBase
 from flame.nn.layers import _DropoutNd, _Elementwise, given_weight
 from flame.nn.loss_base import _Loss
 from flame.nn.module import Module

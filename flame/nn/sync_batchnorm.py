@@ -18,7 +18,7 @@ from flame.frontend import norms as N
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor
-from flame.nn.conv import _BatchNorm
+from flame.nn.batchnorm import _BatchNorm
 from flame.nn.module import Module
 
 

@@ -23,7 +23,7 @@ from flame.frontend.creation import tensor
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import i64
-from flame.nn.conv import _BatchNorm
+from flame.nn.batchnorm import _BatchNorm
 from flame.nn.module import Module
 from flame.optim._lr_base import LRScheduler, _per_group
 from flame.optim.optimizer import Optimizer

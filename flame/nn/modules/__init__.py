@@ -11,6 +11,7 @@ import types
 
 from flame import nn as _nn
 from flame.nn import activations as _activations
+from flame.nn import batchnorm as _batchnorm
 from flame.nn import conv as _conv
 from flame.nn import loss_base as _loss_base
 from flame.nn import module as _module
@@ -59,7 +60,7 @@ _LAYOUT = {  # torch.nn.modules.<submodule>: the names it defines that flame has
 
 _PRIVATE = {  # torch's private bases that user code names, by the flame class that plays the part
     "conv": {"_ConvNd": _conv._ConvNd, "_ConvTransposeNd": _conv._ConvTranspose},
-    "batchnorm": {"_NormBase": _conv._NormBase, "_BatchNorm": _conv._BatchNorm},
+    "batchnorm": {"_NormBase": _batchnorm._NormBase, "_BatchNorm": _batchnorm._BatchNorm},
     "instancenorm": {"_InstanceNorm": _activations._InstanceNorm},
     "pooling": {"_MaxPoolNd": _conv._MaxPool, "_AvgPoolNd": _conv._AvgPool, "_MaxUnpoolNd": _conv._MaxUnpool,
                 "_LPPoolNd": _conv._LPPool},
