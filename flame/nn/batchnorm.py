@@ -7,7 +7,7 @@ from typing import Any
 
 from flame.errors import ShapeError
 from flame.frontend import norms as N
-from flame.frontend.context import user_location
+from flame.frontend.context import current_trace, in_checkpoint, is_grad_enabled, no_grad, user_location
 from flame.frontend.creation import ones, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
@@ -85,14 +85,38 @@ class _BatchNorm(_NormBase):
         if x.shape[1] != self.num_features:
             raise ShapeError(f"{name}: expected {self.num_features} channels (dim 1), got {x.shape[1]} in input "
                              f"{list(x.shape)}\n  at {user_location()}")
+        batch_stats = self.training or self.running_mean is None  # as PyTorch's _BatchNorm.forward
+        stats = (self.running_mean, self.running_var, self.weight, self.bias)
+        y = N.batch_norm(x, *stats, batch_stats, self._count_batch(x), self.eps)
+        if self.training and self.track_running_stats and self.running_mean is not None:
+            if self._checkpoint_runs_again(y):  # torch's second update, in its recomputation
+                with no_grad():
+                    N.batch_norm(x.detach(), *stats, True, self._count_batch(x), self.eps)
+        return y
+
+    def _checkpoint_runs_again(self, y: Tensor) -> bool:
+        """Whether torch would run this forward a second time: inside activation checkpointing
+        (flame.utils.checkpoint) with y recording a gradient, torch's checkpoint recomputes the region in
+        the backward by running its Python again, and the recomputation always reaches a BatchNorm (its
+        kernel makes the values its backward saves), so the running statistics and num_batches_tracked
+        move twice a training step. flame's recomputes values without running the Python, so the module
+        makes the second update itself, right after the first: torch's state wherever backward() follows
+        the forward (a training step). (A tracking InstanceNorm's second update in torch depends on
+        whether the region's recomputation stops before the copy that follows its kernel: not mirrored.)"""
+        if in_checkpoint.get() is None or not is_grad_enabled():
+            return False
+        trace = current_trace.get()
+        return trace.requires_grad(y) if trace is not None else y.requires_grad
+
+    def _count_batch(self, x: Tensor) -> float | Tensor:
+        """The momentum of this batch's update of the running statistics, the batch counted in
+        num_batches_tracked when training with them (momentum=None: the cumulative average's 1 / count)."""
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:  # cumulative moving average
                 momentum = 1.0 / self.num_batches_tracked.to(x.dtype)
-        batch_stats = self.training or self.running_mean is None  # as PyTorch's _BatchNorm.forward
-        return N.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, batch_stats,
-                            momentum, self.eps)
+        return momentum
 
 
 class BatchNorm1d(_BatchNorm):
