@@ -465,7 +465,10 @@ def embedding_bag(
     padding_idx entries take no part (nor count in the mean); per_sample_weights scale each entry
     (mode "sum"). With include_last_offset, entries from the last offset on belong to the last bag, as in
     PyTorch's CPU kernels. Mode "max" gives each dim's largest entry (an empty bag:
-    zeros) and its gradient to that entry. max_norm and scale_grad_by_freq are not supported."""
+    zeros) and its gradient to that entry. max_norm, scale_grad_by_freq and sparse gradients are not supported."""
+    if sparse:
+        raise NotImplementedError(f"embedding_bag: sparse gradients are not supported; use sparse=False (a dense "
+                                  f"gradient)\n  at {user_location()}")
     if max_norm is not None or scale_grad_by_freq:
         raise NotImplementedError("embedding_bag: max_norm and scale_grad_by_freq are not supported")
     if mode not in ("sum", "mean", "max"):

@@ -528,6 +528,11 @@ class EmbeddingBag(Module):
                  include_last_offset: bool = False, padding_idx: int | None = None, device: Any = None,
                  dtype: Any = None, *, generator=None):
         super().__init__()
+        if sparse:
+            raise UnsupportedError(
+                f"EmbeddingBag: sparse gradients are not supported; use sparse=False (a dense gradient)"
+                f"\n  at {user_location()}"
+            )
         if max_norm is not None or scale_grad_by_freq:
             raise UnsupportedError(
                 f"EmbeddingBag: max_norm and scale_grad_by_freq are not supported; use Embedding (which has both) "
