@@ -19,7 +19,7 @@ from flame.frontend import anomaly
 from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
-from flame.frontend.counted_writes import as_of, refuse, saved_modified_error
+from flame.frontend.counted_writes import as_of, node_name, refuse, saved_modified_error
 from flame.frontend.data_writes import (
     composite_vjp,
     follow_writes,
@@ -230,10 +230,10 @@ def _refuse_moved(op, node, inputs: list, counted: list[int]) -> None:
     as torch's: the node's value, computed again from the new values, is refused where a VJP reads it
     (_note_recomputed)."""
     if op is None or op.name != node.name:  # (the rebuilt op folded away: what it saved is not known)
-        raise saved_modified_error(node.name, node.loc)
+        raise saved_modified_error(node_name(node), node.loc)
     needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
     if any(k in torch_saved(op, needs)[0] for k in counted) or node.torch_saves is not None:
-        raise saved_modified_error(node.name, node.loc)
+        raise saved_modified_error(node_name(node), node.loc)
     if any(k in saved_reads(op, needs)[0] for k in counted):
         raise AutogradError(f"backward: {node.name} reads a tensor written in place after it was used, which torch's "
                             f"node does not save; flame's backward would read its new values. Run the backward "

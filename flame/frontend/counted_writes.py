@@ -70,6 +70,13 @@ def saved_modified_error(name: str, loc) -> AutogradError:
                          f"was used by {name}\n  at {loc}")
 
 
+def node_name(node) -> str:
+    """The op an error about node names: the composite torch records as one node, where node is one of its
+    ops (torch_saves.inside), else node's op."""
+    declared = node.torch_saves
+    return declared.name if declared is not None and declared.name else node.name
+
+
 def _counted(t) -> bool:
     return isinstance(t, Tensor) and t in _COUNTED
 
@@ -156,7 +163,7 @@ def refuse(op, node, t: Tensor, inputs: list) -> None:
         if region is not None and (region.reentrant or _saves_any(
                 op, needs, declared, [k for k, x in enumerate(inputs) if isinstance(x, Tensor)])) \
                 and any(_changed(x, v) for x, v in zip(region.tensors, region.versions)):
-            raise saved_modified_error(node.name, node.loc)
+            raise saved_modified_error(node_name(node), node.loc)
         return
     if declared is not None:
         if declared.result and _counted(t) or any(_changed(x, v) for x, v in declared.inputs):
@@ -194,7 +201,7 @@ def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: 
             if region is not None and any(i < before.get(x, -1) for x in region.tensors) and (
                     region.reentrant or _saves_any(op, tuple(x in requires_grad for x in op.inputs), mine,
                                                [k for k, x in enumerate(op.inputs) if not _number(x)])):
-                return op.name, op.loc
+                return (mine.name if mine is not None and mine.name else op.name), op.loc
             continue
         result = i < before.get(op.out, -1)
         if mine is not None:

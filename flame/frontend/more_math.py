@@ -516,6 +516,7 @@ def _logaddexp(a, b) -> Tensor:
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@saves("input", "other", vjp=torch_formulas.logaddexp)
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf. For f16 /
     bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype
@@ -548,7 +549,8 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return apply("hypot", input, other)
 
 
-@saves("input", "min", "max")  # torch's ClampBackward0 / ClampBackward1: the input and the tensor bounds
+# torch's ClampBackward0 / ClampBackward1: the input and the tensor bounds
+@saves("input", "min", "max", vjp=torch_formulas.clamp)
 def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
     """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
     result is max; NaN stays NaN, and a NaN bound makes the result NaN. The gradient goes to x where

@@ -558,6 +558,7 @@ class TensorMath:
         return self.diagonal().sum()
 
     # ---- interpolation and fused products (optimizer and EMA code) -------------------------------
+    @saves(torch_formulas.lerp_saved, vjp=torch_formulas.lerp)
     def lerp(self, end, weight):
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
         weight >= 0.5), so weight 1 gives end exactly (floating tensors)."""
@@ -586,6 +587,7 @@ class TensorMath:
         return apply("straight_through", lin, out)
 
     @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
+    @saves(torch_formulas.addcmul_saved, vjp=torch_formulas.addcmul)
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's kernel)."""
         # in the tensors' dtype, as torch's Scalar (an integer result stays integer); a 0-d tensor: its value
@@ -602,6 +604,7 @@ class TensorMath:
         return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2, what="addcmul_")
 
     @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
+    @saves(torch_formulas.addcdiv_saved, vjp=torch_formulas.addcdiv)
     def addcdiv(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 / tensor2, as torch.addcdiv (which refuses two integer operands; f16/bf16: in
         f32, rounded once, as torch's kernel)."""

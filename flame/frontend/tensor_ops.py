@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, legacy_types, more_math, opmath, views
+from flame.frontend import data_dependent, legacy_types, more_math, opmath, torch_formulas, views
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.broadcasting import broadcast_tensors
@@ -30,6 +30,7 @@ from flame.frontend.norms import vector_norm
 from flame.frontend.promotion import alpha_check, fits, is_bool, result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index, int_arg
 from flame.frontend.tensor_core import binary, cat, full, placed, where
+from flame.frontend.torch_saves import saves
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, i64, u8
 
 SortResult = namedtuple("sort", ["values", "indices"])
@@ -307,9 +308,12 @@ class TensorOps:
 
     clip = clamp
 
+    # torch's ClampMinBackward0 / ClampMinBackward1 (a tensor bound, saved too), and ClampMax's
+    @saves("self", "min", name="clamp_min", vjp=torch_formulas.clamp)
     def clamp_min(self, min):  # noqa: A002
         return self.clamp(min=min)
 
+    @saves("self", "max", name="clamp_max", vjp=torch_formulas.clamp)
     def clamp_max(self, max):  # noqa: A002
         return self.clamp(max=max)
 

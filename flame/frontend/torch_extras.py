@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, ShapeError
+from flame.frontend import torch_formulas
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import tensor
 from flame.frontend.default_dtype import get_default_dtype
@@ -23,6 +24,7 @@ from flame.frontend.linalg_functions import matrix_power, multi_dot  # matrix_po
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, placed, where
+from flame.frontend.torch_saves import saves
 from flame.ir.dtypes import boolean, dtype_of, f64, i32, i64, u8
 
 __all__ = ["bartlett_window", "blackman_window", "chain_matmul", "combinations", "dsplit", "diagflat", "frexp", "gcd",
@@ -92,6 +94,7 @@ def frexp(input: Tensor) -> tuple[Tensor, Tensor]:  # noqa: A002
     return input * lo * hi, e.to(i32)
 
 
+@saves(torch_formulas.ldexp_saved, vjp=torch_formulas.ldexp)
 def ldexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """input * 2**other, as torch.ldexp: in the operands' result type (a bf16 input with integer exponents
     stays bf16), the default floating dtype where that is not floating; a bool exponent raises as torch's."""

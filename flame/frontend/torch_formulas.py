@@ -471,3 +471,112 @@ def cdist(b, g, saved, args, given) -> dict:
     g1 = b.reduce_sum(term, axes=[rank - 2], keepdim=False)
     g2 = b.neg(b.reduce_sum(term, axes=[rank - 3], keepdim=False))
     return {"x1": b.sum_to(g1, s1), "x2": b.sum_to(g2, s2)}
+
+
+def _wants(given: dict, *names: str) -> bool:
+    return any(getattr(given.get(k), "requires_grad", False) for k in names)
+
+
+def lerp_saved(given: dict) -> tuple:
+    """What torch's LerpBackward1 (a tensor weight) saves: the weight where self's or end's gradient is
+    asked, self and end where the weight's is. LerpBackward0 (a number) keeps the number only."""
+    if not hasattr(given.get("weight"), "requires_grad"):
+        return ()
+    return (
+        *(("weight",) if _wants(given, "self", "end") else ()),
+        *(("self", "end") if _wants(given, "weight") else ()),
+    )
+
+
+def lerp(b, g, saved, args, given) -> dict:
+    """lerp's backward on the saved tensors: g * (1 - weight) to self, g * weight to end, g * (end - self)
+    to weight."""
+    got = {}
+    if "weight" in saved:
+        w = saved["weight"]
+        got["self"], got["end"] = b.mul(g, b.sub(1.0, w)), b.mul(g, w)
+    if "self" in saved:
+        got["weight"] = b.mul(g, b.sub(saved["end"], saved["self"]))
+    return got
+
+
+def _value(b, given, args, like: Value):
+    """addcmul's and addcdiv's value: a number, or a 0-d tensor's value."""
+    return args["value"] if "value" in args else b.const(float(given.get("value", 1)), like.dtype)
+
+
+def addcmul_saved(given: dict) -> tuple:
+    """What torch's AddcmulBackward0 saves: tensor2 for tensor1's gradient, tensor1 for tensor2's."""
+    return (*(("tensor2",) if _wants(given, "tensor1") else ()), *(("tensor1",) if _wants(given, "tensor2") else ()))
+
+
+def addcmul(b, g, saved, args, given) -> dict:
+    """addcmul's backward: g to self, g * (tensor2 * value) to tensor1, g * (tensor1 * value) to tensor2."""
+    got = {"self": g}
+    for mine, other in (("tensor1", "tensor2"), ("tensor2", "tensor1")):
+        if other in saved:
+            got[mine] = b.mul(g, b.mul(saved[other], _value(b, given, args, g)))
+    return got
+
+
+def addcdiv_saved(given: dict) -> tuple:
+    """What torch's AddcdivBackward0 saves: tensor2 for either tensor's gradient, tensor1 for tensor2's."""
+    return (
+        *(("tensor2",) if _wants(given, "tensor1", "tensor2") else ()),
+        *(("tensor1",) if _wants(given, "tensor2") else ()),
+    )
+
+
+def addcdiv(b, g, saved, args, given) -> dict:
+    """addcdiv's backward: g to self, g * (value / tensor2) to tensor1, -g * (value * tensor1 / tensor2^2)
+    to tensor2."""
+    got = {"self": g}
+    if "tensor2" in saved:
+        t2, value = saved["tensor2"], _value(b, given, args, g)
+        got["tensor1"] = b.mul(g, b.div(value, t2))
+        if "tensor1" in saved:
+            got["tensor2"] = b.neg(b.mul(g, b.div(b.mul(value, saved["tensor1"]), b.mul(t2, t2))))
+    return got
+
+
+def logaddexp(b, g, saved, args, given) -> dict:
+    """logaddexp's backward on the saved inputs: g / (1 + exp(other - input)) to input, g / (1 + exp(input -
+    other)) to other."""
+    x, y = saved["input"], saved["other"]
+    return {"input": b.div(g, b.add(b.exp(b.sub(y, x)), 1.0)), "other": b.div(g, b.add(b.exp(b.sub(x, y)), 1.0))}
+
+
+def ldexp_saved(given: dict) -> tuple:
+    """What torch's LdexpBackward0 saves: other for input's gradient, its result for other's."""
+    return (*(("other",) if _wants(given, "input") else ()), *(("result",) if _wants(given, "other") else ()))
+
+
+def ldexp(b, g, saved, args, given) -> dict:
+    """ldexp's backward: g * 2^other to input, g * result * ln 2 to other."""
+    got = {}
+    if "other" in saved:
+        got["input"] = b.mul(g, b.pow(2.0, _to(b, saved["other"], g)))
+    if "result" in saved:
+        got["other"] = b.mul(b.mul(g, saved["result"]), float(np.log(2.0)))
+    return got
+
+
+def clamp(b, g, saved, args, given) -> dict:
+    """clamp_backward / clamp_backward_min_max on the saved input and tensor bounds (a number bound from
+    `given`): g to the input where min <= input <= max; to min where input < min (and min < max, both
+    given); to max where input > max (or max < min). clamp_min's and clamp_max's, the one bound given."""
+    x = saved["input"] if "input" in saved else saved["self"]
+    lo, hi = (saved[k] if k in saved else given.get(k) for k in ("min", "max"))
+    if lo is not None and hi is not None:
+        keep = b.logical_and(b.ge(x, lo), b.le(x, hi))
+    else:
+        keep = b.ge(x, lo) if lo is not None else b.le(x, hi)
+    got = {"input": b.where(keep, g, 0.0)}
+    got["self"] = got["input"]
+    if lo is not None:
+        below = b.lt(x, lo)
+        got["min"] = b.where(b.logical_and(below, b.lt(lo, hi)) if hi is not None else below, g, 0.0)
+    if hi is not None:
+        above = b.gt(x, hi)
+        got["max"] = b.where(b.logical_or(above, b.lt(hi, lo)) if lo is not None else above, g, 0.0)
+    return got

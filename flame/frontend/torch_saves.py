@@ -6,7 +6,8 @@ whatever the ops flame computes the composite with read (flame's recomputing bac
 
 `saves(...)` declares it on the composite's function. A call recording a gradient history marks the ops
 it recorded: the op that made its result carries the declaration (`Declared`: what it saved), the others
-carry `NOTHING` (torch has no node of theirs). Eagerly the marks are on the ops' Nodes (`torch_saves`);
+`inside(name)`: torch has no node of theirs, nor saved anything for them; an error about one names the
+composite, as torch's names its node. Eagerly the marks are on the ops' Nodes (`torch_saves`);
 while tracing, in Trace.torch_saves by op. A composite called inside another declared one marks nothing:
 the outer one's node is the one torch records. A registered op declares the same with its OpDef's `saves`
 trait (flame/ir/registry.py), read by saved.torch_saved.
@@ -62,7 +63,9 @@ class Declared:
     formula: Formula | None = None
 
 
-NOTHING = Declared("", (), False)  # an op inside a declared composite: torch records no node of its own
+def inside(name: str) -> Declared:
+    """The mark of an op inside declared composite `name`: torch records no node of its own for it."""
+    return Declared(name, (), False)
 
 
 def saves(*what, name: str | None = None, vjp: Callable | None = None) -> Callable[[Callable], Callable]:
@@ -135,7 +138,7 @@ def _strided_view(name: str) -> bool:
 def _mark_traced(trace, start: int, out: Tensor, declared: Declared) -> None:
     ops = trace.graph.ops[start:]
     for op in ops:
-        trace.torch_saves[op] = NOTHING
+        trace.torch_saves[op] = inside(declared.name)
     op = trace.value_of(out).producer
     made = set(ops)
     # a result that is a view of a value the composite made (logsumexp's squeeze): a write into it writes
@@ -164,7 +167,7 @@ def _mark_eager(out: Tensor, inputs, declared: Declared) -> tuple:
         if id(t) in seen or t._node is None:
             continue
         seen.add(id(t))
-        t._node.torch_saves = NOTHING
+        t._node.torch_saves = inside(declared.name)
         for k, x in enumerate(t._node.inputs):
             if isinstance(x, Tensor):
                 todo.append(x)

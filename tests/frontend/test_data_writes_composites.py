@@ -1,7 +1,8 @@
 """Gradients after a write through `.data` into what torch's node of a composite saved (frontend/
 torch_formulas.py): softmax's, log_softmax's, prod's and a norm's result, logsumexp's, std's, dist's and
 copysign's and cdist's inputs and result, the inputs of var, mse_loss, layer_norm, group_norm, kl_div,
-softplus, huber_loss, smooth_l1_loss, binary_cross_entropy_with_logits, sinc, logaddexp2, fmax and xlogy.
+softplus, huber_loss, smooth_l1_loss, binary_cross_entropy_with_logits, sinc, logaddexp, logaddexp2, fmax,
+xlogy, lerp, addcmul, addcdiv, clamp, clamp_min and clamp_max.
 torch's backward reads the new values through its own formula; flame's, which differentiates the composite
 through its ops, takes torch's formula there. A write into the result and into each input (a leaf, and a tensor
 with a history), eagerly, inside @flame.compile, and with the backward outside a compiled forward.
@@ -79,6 +80,15 @@ OPS = {  # name: (operands, the op on lib's tensors)
     "kl_div": ((X, Y), lambda lib, x, y: _f(lib).kl_div(x.log(), y, reduction="batchmean")),
     "kl_div none": ((X, T0), lambda lib, x, y: _f(lib).kl_div(x, y, reduction="none")),
     "kl_div log_target": ((X, Y), lambda lib, x, y: _f(lib).kl_div(x, y, reduction="sum", log_target=True)),
+    "lerp": ((X, Y, V), lambda lib, x, y, w: x.lerp(y, w * 0.5)),
+    "lerp 0-d weight": ((X, Y, W[:1].reshape(())), lambda lib, x, y, w: lib.lerp(x, y, w)),
+    "lerp by a number": ((X, Y), lambda lib, x, y: x.lerp(y, 0.3)),
+    "addcmul": ((X, Y, V), lambda lib, x, y, z: x.addcmul(y, z, value=0.7)),
+    "addcdiv": ((X, Y, V), lambda lib, x, y, z: lib.addcdiv(x, y, z, value=-1.5)),
+    "logaddexp": ((X, Y), lambda lib, x, y: lib.logaddexp(x, y)),
+    "clamp_min": ((X, Y), lambda lib, x, y: x.clamp_min(y)),
+    "clamp_max": ((X, Y), lambda lib, x, y: lib.clamp_max(x, y)),
+    "clamp": ((X, Y, V), lambda lib, x, y, z: x.clamp(y, z)),
     "group_norm": ((GROUPED,), lambda lib, x: _f(lib).group_norm(x, 2)),
     "group_norm affine": ((GROUPED, W, BIAS), lambda lib, x, w, b: _f(lib).group_norm(x, 2, w, b, 1e-3)),
 }
