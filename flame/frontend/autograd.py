@@ -193,10 +193,11 @@ def _rebuild(
 
 def _torch_formula(op, formula, t: Tensor, g: Graph, vals: dict, leaves: list, consts: dict, now: dict):
     """data_writes.composite_vjp of op, the rebuilt op of t's node, which made a composite's result: its
-    arguments' values as the composite read them, what torch's node saved of them as the storage holds it
+    arguments' values as the composite read them, and each of them and its result as the storage holds it
     now (a leaf the composite read a stand-in of, its version unchanged, so written through .data since:
-    the leaf; another tensor: data_writes.now_value). An argument no op recording a gradient read (a
-    pos_weight converted with no gradient) is read as it is now."""
+    the leaf; another tensor: data_writes.now_value), of which the formula reads what torch's node saved.
+    An argument no op recording a gradient read (a pos_weight converted with no gradient) is read as it is
+    now."""
     args, written = {}, {}
     for name, (x, version, reader, k) in formula.args:
         read = x if reader is None else _inputs(reader)[k]  # (no reader: a tensor the ops read no gradient of)
@@ -206,8 +207,6 @@ def _torch_formula(op, formula, t: Tensor, g: Graph, vals: dict, leaves: list, c
         if id(read) not in vals:
             return None
         args[name] = vals[id(read)]
-        if name not in formula.saved:
-            continue
         if reader is not None and reader.olds and k in reader.olds and uncounted_since(x, version):  # (.data's write)
             if id(x) not in vals:  # (a leaf that takes no gradient, which no other op reads)
                 vals[id(x)] = g.add_input(x._type(), "const")
@@ -217,7 +216,7 @@ def _torch_formula(op, formula, t: Tensor, g: Graph, vals: dict, leaves: list, c
             v = now_value(read, g, leaves, consts, now)
             if v is not None:
                 written[args[name]] = v
-    v = now_value(t, g, leaves, consts, now) if "result" in formula.saved else None
+    v = now_value(t, g, leaves, consts, now)
     if v is not None:
         written[op.out] = v
     return composite_vjp(op, formula, args, written)

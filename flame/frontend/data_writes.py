@@ -216,15 +216,17 @@ def traced_live_reads(g: Graph, written: dict[Value, tuple[Value, bool]], b=None
 
 def composite_vjp(op, formula, args: dict[str, Value], now: dict[Value, Value]) -> tuple | None:
     """autodiff's `composites` entry of op, the op that made a composite's result (args: its tensor
-    arguments' values, as it read them), where a write through .data replaced a value torch's node saved
-    (`now`: a replaced value -> the value its storage holds now): its gradients are torch's formula
-    (torch_saves.Formula) on the saved values as they are now. None where no saved value was replaced:
-    the composite's own ops differentiate it, as in a graph with no such write; None too where a saved
-    argument is not among args."""
+    arguments' values, as it read them), where a write through .data replaced a value torch's node saved,
+    or another argument or its result, which the composite's own VJPs may read where torch's node saved
+    nothing of it (ldexp's input) (`now`: a replaced value -> the value its storage holds now): its
+    gradients are torch's formula (torch_saves.Formula) on the saved values as they are now. None where
+    no such value was replaced, or torch's node saved nothing (kl_div's with log_target, which is several
+    nodes in torch): the composite's own ops differentiate it, as in a graph with no such write; None too
+    where a saved argument is not among args."""
     if any(k != "result" and k not in args for k in formula.saved):
         return None
     saved = {k: op.out if k == "result" else args[k] for k in formula.saved}
-    if not any(v in now for v in saved.values()):
+    if not saved or not any(v in now for v in (*saved.values(), *args.values(), op.out)):
         return None
     reads = {k: now.get(v, v) for k, v in saved.items()}
     names = tuple(args)

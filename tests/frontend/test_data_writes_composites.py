@@ -2,7 +2,7 @@
 torch_formulas.py): softmax's, log_softmax's, prod's and a norm's result, logsumexp's, std's, dist's and
 copysign's and cdist's inputs and result, the inputs of var, mse_loss, layer_norm, group_norm, kl_div,
 softplus, huber_loss, smooth_l1_loss, binary_cross_entropy_with_logits, sinc, logaddexp, logaddexp2, fmax,
-xlogy, lerp, addcmul, addcdiv, clamp, clamp_min and clamp_max.
+xlogy, lerp, addcmul, addcdiv, clamp, clamp_min and clamp_max, and ldexp's other and result.
 torch's backward reads the new values through its own formula; flame's, which differentiates the composite
 through its ops, takes torch's formula there. A write into the result and into each input (a leaf, and a tensor
 with a history), eagerly, inside @flame.compile, and with the backward outside a compiled forward.
@@ -86,6 +86,7 @@ OPS = {  # name: (operands, the op on lib's tensors)
     "addcmul": ((X, Y, V), lambda lib, x, y, z: x.addcmul(y, z, value=0.7)),
     "addcdiv": ((X, Y, V), lambda lib, x, y, z: lib.addcdiv(x, y, z, value=-1.5)),
     "logaddexp": ((X, Y), lambda lib, x, y: lib.logaddexp(x, y)),
+    "ldexp": ((X, Y), lambda lib, x, y: lib.ldexp(x, y * 3)),  # (input is not saved; flame's own mul reads it)
     "clamp_min": ((X, Y), lambda lib, x, y: x.clamp_min(y)),
     "clamp_max": ((X, Y), lambda lib, x, y: lib.clamp_max(x, y)),
     "clamp": ((X, Y, V), lambda lib, x, y, z: x.clamp(y, z)),
