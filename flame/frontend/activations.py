@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, IndexValueError, ShapeError
-from flame.frontend import torch_formulas
+from flame.frontend import pointwise_formulas, torch_formulas
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones, zeros
@@ -104,10 +104,12 @@ def _f32(s: float) -> float:
     return float(np.float32(s))
 
 
-def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0) -> Tensor:
+def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0, grad_scale: float | None = None
+         ) -> Tensor:
     """PyTorch's elu kernel: x * scale where x > 0, else expm1(x * input_scale) * (alpha * scale), its
     coefficients in the kernel's compute type: f32 values (their product in f32) for f32 and the widened
-    f16 / bf16, f64 ones for f64."""
+    f16 / bf16, f64 ones for f64. grad_scale: the input_scale its backward takes, where that differs (celu's
+    1 / alpha, in float there)."""
     if x.dtype == f64:
         negcoef, rnd = alpha * scale, float
     else:
@@ -116,7 +118,11 @@ def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0) 
     u = z * rnd(input_scale) if input_scale != 1 else z
     # the gradient torch's elu_backward: exp(u), not expm1's grad * (result + 1), which loses exp(u)'s
     # digits where the result nears -1
-    neg = with_derivative(u, u.expm1(), u.exp()) * negcoef
+    if grad_scale is None:
+        neg = with_derivative(u, u.expm1(), u.exp()) * negcoef
+    else:
+        s = rnd(grad_scale)
+        neg = with_derivative(z, u.expm1(), (z * s).exp() * s) * negcoef
     return where(x <= 0, neg, x * rnd(scale) if scale != 1 else x)  # a NaN takes the x branch, as torch's backward
 
 
@@ -137,14 +143,18 @@ def selu(input: Tensor) -> Tensor:  # noqa: A002
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@saves("input", vjp=pointwise_formulas.celu)
 @composite
 def celu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
-    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): PyTorch's elu with input_scale 1 / alpha."""
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): PyTorch's elu with input_scale 1 / alpha. Its
+    gradient is torch's elu_backward with input_scale 1 / alpha.toFloat(): alpha rounded to f32 (the
+    forward's 1 / alpha is in double), which moves an f64 gradient by about 1e-8 relatively."""
     floating_only("celu", input)
-    return _elu(input, alpha, 1.0, 1.0 / alpha)
+    return _elu(input, alpha, 1.0, 1.0 / alpha, 1.0 / float(np.float32(alpha)))
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@saves("input", vjp=pointwise_formulas.mish)
 @composite
 def mish(input: Tensor) -> Tensor:  # noqa: A002
     """x * tanh(softplus(x))."""
@@ -152,6 +162,7 @@ def mish(input: Tensor) -> Tensor:  # noqa: A002
     return input * softplus(input).tanh()
 
 
+@saves("input", vjp=pointwise_formulas.hardtanh)
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
     """x limited to [min_val, max_val]; its gradient PyTorch's hardtanh_backward: the cotangent strictly
     inside (min_val, max_val), 0 at the bounds (clamp's gradient passes at them)."""
@@ -220,6 +231,7 @@ def _glu(x: Tensor, dim: int) -> Tensor:
     return a * b.sigmoid()
 
 
+@saves("input", vjp=pointwise_formulas.glu)
 def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     """a * sigmoid(b), a and b the two halves of input along dim (its size must be even). For f16 / bf16, in
     f32 rounded once; the gradient PyTorch's kernel's: a's the cotangent times sigmoid(b) as stored in the

@@ -144,6 +144,7 @@ def _rebuild(
     consts: dict = {}  # id(buffer) -> (its tensor, its input): buffers written through .data the VJPs read
     now: dict = {}  # id(view) -> its value taken again from a source written through .data (data_writes.py)
     newer: set = set()  # ids of the tensors recomputed here from a leaf a .data write changed since (_note_recomputed)
+    pending: dict = {}  # id(a composite's node) -> _note_recomputed's error of an op of it, unless torch's formula runs
     for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
@@ -177,7 +178,12 @@ def _rebuild(
         live = live_reads(op, t, inputs, g, leaves, consts, now) if op is not None and op.name == node.name else None
         if op is not None and op.name == node.name and (runs is None or id(t) in runs):
             refuse(op, node, t, inputs)  # a saved value a counted write changed
-            _note_recomputed(op, node, t, inputs, fresh, newer)
+            error = _note_recomputed(op, node, t, inputs, fresh, newer)
+            if error is not None:
+                outer = _composite_node(node)
+                if outer is None:
+                    raise error
+                pending.setdefault(id(outer), error)
         if live:  # what a write through .data changed: the VJP reads the buffer as it is now (data_writes.py)
             unpacked[op] = {**live, **unpacked.get(op, {})}
         formula = node.torch_saves.formula if node.torch_saves is not None else None
@@ -185,10 +191,25 @@ def _rebuild(
             vjp = _torch_formula(op, formula, t, g, vals, leaves, consts, now)
             if vjp is not None:
                 composites[op] = vjp
+        error = pending.pop(id(node), None)
+        if error is not None and op not in composites:
+            raise error
         if cut is not None and id(t) in cut:
             cut[id(t)] = vals[id(t)]
             vals[id(t)] = b.emit("stop_gradient", vals[id(t)])
+    if pending:
+        raise next(iter(pending.values()))
     return g, vals, leaves, composites, unpacked
+
+
+def _composite_node(node):
+    """The node of the declared composite (torch_saves.py) that node's op is one of (node itself where it
+    carries the declaration and torch's formula), whose formula, where it runs, replaces the VJPs of its
+    ops; None for any other node."""
+    declared = node.torch_saves
+    if declared is None:
+        return None
+    return declared.outer if declared.outer is not None else node if declared.formula is not None else None
 
 
 def _torch_formula(op, formula, t: Tensor, g: Graph, vals: dict, leaves: list, consts: dict, now: dict):
@@ -239,24 +260,25 @@ def _refuse_moved(op, node, inputs: list, counted: list[int]) -> None:
                             f"before the write, or write into a clone\n  at {node.loc}")
 
 
-def _note_recomputed(op, node, t: Tensor, inputs: list, fresh: bool, newer: set) -> None:
+def _note_recomputed(op, node, t: Tensor, inputs: list, fresh: bool, newer: set) -> AutogradError | None:
     """Note t in `newer` where its value here is computed from a leaf whose storage a write changed since
     t's node read it (`fresh`: through .data, which torch does not count, or one that no node saved the
-    leaf for: _refuse_moved), or from a tensor in `newer`; raise where op's VJP reads such a value other
-    than the leaf itself: torch's node saved it as it was, flame's backward would read it computed from
-    the new values."""
+    leaf for: _refuse_moved), or from a tensor in `newer`; the error to raise where op's VJP reads such a
+    value other than the leaf itself: torch's node saved it as it was, flame's backward would read it
+    computed from the new values (unless torch's formula of a composite replaces that VJP: _rebuild)."""
     later = [k for k, x in enumerate(inputs) if isinstance(x, Tensor) and id(x) in newer]
     if not fresh and not later:
-        return
+        return None
     newer.add(id(t))
     positions, reads_result = saved_reads(op, tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs))
     if any(k in positions for k in later) or reads_result:
-        raise AutogradError(
-            f"backward: {node.name} saved a value computed from a tensor whose storage a write (through .data, "
+        return AutogradError(
+            f"backward: {node_name(node)} saved a value computed from a tensor whose storage a write (through .data, "
             f"or into a tensor no node saved) changed after it was read (a detach() or another alias of the "
             f"written tensor); torch's backward "
             f"reads that value as it was, flame's would compute it again from the new values. Run the "
             f"backward before the write, or write after it\n  at {node.loc}")
+    return None
 
 
 def _read_written_leaves(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict) -> None:

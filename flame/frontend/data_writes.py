@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from flame._identity import ByIdentity
+from flame.errors import AutogradError
 from flame.frontend.saved import vjp_reads
 from flame.frontend.tensor import Tensor
 from flame.frontend.torch_saves import Declared
@@ -233,6 +234,12 @@ def composite_vjp(op, formula, args: dict[str, Value], now: dict[Value, Value]) 
 
     def vjp(b, g: Value) -> list:
         grads = formula.fn(b, g, reads, args, formula.given)
+        if grads is None:
+            raise AutogradError(
+                f"backward: {formula.name or op.name} read a tensor written through .data after it (an argument or its "
+                f"result): torch's backward computes {formula.name or op.name}'s gradient from the new values, with "
+                f"a formula flame does not have. Run the backward before the write, or write into a clone"
+                f"\n  at {op.loc}")
         return [grads.get(k) for k in names]
 
     return tuple(args[k] for k in names), vjp

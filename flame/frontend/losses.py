@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from flame.errors import ArgumentRangeError, DTypeError, IndexValueError, ShapeError, TraceError
-from flame.frontend import opmath, torch_formulas
+from flame.frontend import opmath, pointwise_formulas, torch_formulas
 from flame.frontend.autocast import cpu_lists, is_autocast_enabled, policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
@@ -265,6 +265,7 @@ def binary_cross_entropy(
 
 
 @policy("", cpu="f32")  # autocast: on PyTorch's CPU float32 list (its CUDA autocast refuses the op)
+@saves("input", "target", "weight", name="binary_cross_entropy", vjp=pointwise_formulas.binary_cross_entropy)
 def _binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None, reduction: str) -> Tensor:  # noqa: A002
     _same_shape("binary_cross_entropy", input, target)
     if target.dtype != input.dtype:  # torch's kernel converts neither (long labels included)

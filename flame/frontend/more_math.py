@@ -14,7 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
-from flame.frontend import torch_formulas
+from flame.frontend import pointwise_formulas, torch_formulas
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
@@ -266,6 +266,7 @@ def dist(input: Tensor, other: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
 
 
 @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
+@saves("input", "result", vjp=torch_formulas.not_in_flame)
 def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     """The p-norm distance between each pair of rows i < j of input [N, M], row-major: [N (N - 1) / 2],
     as torch.nn.functional.pdist."""
@@ -516,7 +517,7 @@ def _logaddexp(a, b) -> Tensor:
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-@saves("input", "other", vjp=torch_formulas.logaddexp)
+@saves("input", "other", vjp=pointwise_formulas.logaddexp)
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf. For f16 /
     bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype
@@ -550,7 +551,7 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
 
 
 # torch's ClampBackward0 / ClampBackward1: the input and the tensor bounds
-@saves("input", "min", "max", vjp=torch_formulas.clamp)
+@saves("input", "min", "max", vjp=pointwise_formulas.clamp)
 def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
     """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
     result is max; NaN stays NaN, and a NaN bound makes the result NaN. The gradient goes to x where
@@ -656,6 +657,7 @@ def sinc(input: Tensor) -> Tensor:  # noqa: A002
     return apply("straight_through", form, value)
 
 
+@saves("input", vjp=torch_formulas.not_in_flame)
 def renorm(input: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:  # noqa: A002
     """Each sub-tensor along dim (input.select(dim, i)) whose p-norm exceeds maxnorm rescaled to norm
     maxnorm (by maxnorm / (norm + 1e-7)), the others as they are, as torch.renorm; the gradient flows
@@ -685,6 +687,7 @@ def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return where((input >= other) | (other != other), input, other)
 
 
+@saves("input", "other", vjp=pointwise_formulas.fmin)
 def fmin(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """minimum, but a NaN loses to a number (NaN only where both are). The gradient goes whole to the
     operand picked, to input at a tie, as PyTorch's (minimum splits a tie evenly instead)."""

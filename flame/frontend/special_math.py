@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from flame.errors import ArgumentError, ArgumentTypeError
+from flame.frontend import pointwise_formulas, torch_formulas
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor
 from flame.frontend.default_dtype import as_floating, get_default_dtype
@@ -19,6 +20,7 @@ from flame.frontend.opmath import wants_gradient, wide, with_derivative
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
+from flame.frontend.torch_saves import saves
 from flame.ir.dtypes import f64
 
 __all__ = ["entr", "erfcx", "i0", "i0e", "i1", "i1e", "log_ndtr", "multigammaln", "ndtr", "ndtri", "xlog1py"]
@@ -70,6 +72,7 @@ def _erfcx(x: Tensor) -> Tensor:
     return where(near, direct, asymptotic)
 
 
+@saves("input", "result", vjp=pointwise_formulas.erfcx)
 def erfcx(input: Tensor) -> Tensor:  # noqa: A002
     """exp(x^2) erfc(x), accurate for large x (where erfc underflows), as torch.special.erfcx. The gradient
     is PyTorch's, 2 x erfcx(x) - 2 / sqrt(pi)."""
@@ -91,6 +94,7 @@ def _log_ndtr(x: Tensor) -> Tensor:
     return where(x < -1.0, lower, (-0.5 * t.erfc()).log1p())
 
 
+@saves("input", "result", vjp=pointwise_formulas.log_ndtr)
 def log_ndtr(input: Tensor) -> Tensor:  # noqa: A002
     """log(ndtr(x)), finite and accurate far below zero (log(erfcx(-x / sqrt 2) / 2) - x^2 / 2 below -1), as
     torch.special.log_ndtr. Gradient: PyTorch's exp(-(log_ndtr(x) + x^2 / 2)) / sqrt(2 pi)."""
@@ -119,6 +123,7 @@ def _ndtri(p: Tensor) -> Tensor:
     return where(upper, centre, tail)
 
 
+@saves("result", vjp=pointwise_formulas.ndtri)
 def ndtri(input: Tensor) -> Tensor:  # noqa: A002
     """The inverse of ndtr: x with ndtr(x) = p (-inf at 0, inf at 1, NaN outside [0, 1]), as
     torch.special.ndtri. Gradient: PyTorch's, sqrt(2 pi) exp(ndtri(p)^2 / 2)."""
@@ -129,6 +134,7 @@ def ndtri(input: Tensor) -> Tensor:  # noqa: A002
 
 # ---- x log terms -------------------------------------------------------------------------------------
 
+@saves("input", vjp=pointwise_formulas.entr)
 def entr(input: Tensor) -> Tensor:  # noqa: A002
     """-x log(x) where x > 0, 0 at 0, -inf below 0, NaN at NaN, as torch.special.entr. Gradient: PyTorch's
     -(1 + log x) (inf at 0, NaN below 0)."""
@@ -144,6 +150,7 @@ def entr(input: Tensor) -> Tensor:  # noqa: A002
     return _with_derivative(x, value, lambda w, y: -(1.0 + w.log()))
 
 
+@saves("input", "other", vjp=pointwise_formulas.xlog1py)
 def xlog1py(input, other) -> Tensor:  # noqa: A002
     """input * log1p(other), 0 where input is 0 (unless other is NaN: NaN), as torch.special.xlog1py (either
     argument may be a Python number). Gradients: PyTorch's, log1p(other) to input (0 where input is 0 and
@@ -230,6 +237,7 @@ def _tiny(w: Tensor) -> Tensor:
     return w.abs() <= (2.220446049250313e-16 if w.dtype == f64 else 1.1920928955078125e-07)
 
 
+@saves("input", vjp=torch_formulas.not_in_flame)
 def i0(input: Tensor) -> Tensor:  # noqa: A002
     """The modified Bessel function of the first kind, order 0, as torch.i0 / torch.special.i0. Gradient:
     PyTorch's, i1(x)."""
@@ -238,6 +246,7 @@ def i0(input: Tensor) -> Tensor:  # noqa: A002
     return _with_derivative(x, value, lambda w, y: _bessel(w, 1, False))
 
 
+@saves("input", "result", vjp=torch_formulas.not_in_flame)
 def i0e(input: Tensor) -> Tensor:  # noqa: A002
     """exp(-|x|) i0(x), as torch.special.i0e (finite for every finite x). Gradient: PyTorch's,
     i1e(x) - sgn(x) i0e(x)."""
@@ -246,6 +255,7 @@ def i0e(input: Tensor) -> Tensor:  # noqa: A002
     return _with_derivative(x, value, lambda w, y: _bessel(w, 1, True) - w.sign() * y)
 
 
+@saves("input", "result", vjp=torch_formulas.not_in_flame)
 def i1(input: Tensor) -> Tensor:  # noqa: A002
     """The modified Bessel function of the first kind, order 1, as torch.special.i1. Gradient: PyTorch's,
     i0(x) - i1(x) / x (0.5 at 0)."""
@@ -260,6 +270,7 @@ def i1(input: Tensor) -> Tensor:  # noqa: A002
     return _with_derivative(x, value, derivative)
 
 
+@saves("input", "result", vjp=torch_formulas.not_in_flame)
 def i1e(input: Tensor) -> Tensor:  # noqa: A002
     """exp(-|x|) i1(x), as torch.special.i1e. Gradient: PyTorch's, i0e(x) - i1e(x) (sgn(x) + 1 / x) (0.5 at 0)."""
     x = _floating(input)

@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
-from flame.frontend import covariance, functional, more_math, opmath, special_math, torch_formulas
+from flame.frontend import covariance, functional, more_math, opmath, pointwise_formulas, special_math, torch_formulas
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
@@ -215,6 +215,7 @@ class TensorMath:
         return prod.reshape(*[x * y for x, y in zip(a.shape, b.shape)])
 
     @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
+    @saves(pointwise_formulas.cross_saved, vjp=pointwise_formulas.cross)
     def cross(self, other, dim: int | None = None):
         """The cross product of 3-vectors along dim (the first dim of size 3 when None, as torch.cross)."""
         if dim is None:
@@ -232,6 +233,7 @@ class TensorMath:
 
     # ---- elementwise math ------------------------------------------------------------------------
     @policy("f32", cpu="")  # autocast: on PyTorch's CUDA float32 list; on none of its CPU lists
+    @saves("self", vjp=pointwise_formulas.log1p)
     def log1p(self):
         """log(1 + self), accurate for small self, as torch.log1p (f16 / bf16: in f32, rounded once); the
         gradient PyTorch's grad / (self + 1), two ops of self's dtype (inf at -1)."""
@@ -373,6 +375,7 @@ class TensorMath:
         return apply("straight_through", form, value.detach())
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+    @saves("self", vjp=pointwise_formulas.logit)
     def logit(self, eps: float | None = None):
         """log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given, as torch.logit (f16 / bf16: in
         f32, rounded once, as its CUDA kernel). The gradient is PyTorch's logit_backward: the cotangent
@@ -558,7 +561,7 @@ class TensorMath:
         return self.diagonal().sum()
 
     # ---- interpolation and fused products (optimizer and EMA code) -------------------------------
-    @saves(torch_formulas.lerp_saved, vjp=torch_formulas.lerp)
+    @saves(pointwise_formulas.lerp_saved, vjp=pointwise_formulas.lerp)
     def lerp(self, end, weight):
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
         weight >= 0.5), so weight 1 gives end exactly (floating tensors)."""
@@ -587,7 +590,7 @@ class TensorMath:
         return apply("straight_through", lin, out)
 
     @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
-    @saves(torch_formulas.addcmul_saved, vjp=torch_formulas.addcmul)
+    @saves(pointwise_formulas.addcmul_saved, vjp=pointwise_formulas.addcmul)
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's kernel)."""
         # in the tensors' dtype, as torch's Scalar (an integer result stays integer); a 0-d tensor: its value
@@ -604,7 +607,7 @@ class TensorMath:
         return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2, what="addcmul_")
 
     @policy("promote", cpu="")  # autocast: on PyTorch's CUDA promote list (the widest input), none of its CPU lists
-    @saves(torch_formulas.addcdiv_saved, vjp=torch_formulas.addcdiv)
+    @saves(pointwise_formulas.addcdiv_saved, vjp=pointwise_formulas.addcdiv)
     def addcdiv(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 / tensor2, as torch.addcdiv (which refuses two integer operands; f16/bf16: in
         f32, rounded once, as torch's kernel)."""

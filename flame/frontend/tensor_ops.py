@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, legacy_types, more_math, opmath, torch_formulas, views
+from flame.frontend import data_dependent, legacy_types, more_math, opmath, pointwise_formulas, views
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.broadcasting import broadcast_tensors
@@ -309,11 +309,11 @@ class TensorOps:
     clip = clamp
 
     # torch's ClampMinBackward0 / ClampMinBackward1 (a tensor bound, saved too), and ClampMax's
-    @saves("self", "min", name="clamp_min", vjp=torch_formulas.clamp)
+    @saves("self", "min", name="clamp_min", vjp=pointwise_formulas.clamp)
     def clamp_min(self, min):  # noqa: A002
         return self.clamp(min=min)
 
-    @saves("self", "max", name="clamp_max", vjp=torch_formulas.clamp)
+    @saves("self", "max", name="clamp_max", vjp=pointwise_formulas.clamp)
     def clamp_max(self, max):  # noqa: A002
         return self.clamp(max=max)
 

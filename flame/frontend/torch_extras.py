@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, ShapeError
-from flame.frontend import torch_formulas
+from flame.frontend import pointwise_formulas
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import tensor
 from flame.frontend.default_dtype import get_default_dtype
@@ -94,7 +94,7 @@ def frexp(input: Tensor) -> tuple[Tensor, Tensor]:  # noqa: A002
     return input * lo * hi, e.to(i32)
 
 
-@saves(torch_formulas.ldexp_saved, vjp=torch_formulas.ldexp)
+@saves(pointwise_formulas.ldexp_saved, vjp=pointwise_formulas.ldexp)
 def ldexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """input * 2**other, as torch.ldexp: in the operands' result type (a bf16 input with integer exponents
     stays bf16), the default floating dtype where that is not floating; a bool exponent raises as torch's."""

@@ -29,7 +29,8 @@ import functools
 import inspect
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from flame.frontend.context import current_trace, grad_enabled
 from flame.frontend.tensor import Tensor
@@ -44,28 +45,34 @@ class Formula:
     arguments), its tensor arguments `args` by parameter name (eagerly (tensor, its version then, a node of
     the composite that read it and the position there, or None, None where no op that recorded a gradient
     read it), while tracing their Values) and the names of those
-    torch's node saved (`saved`, "result" among them where it saved its result)."""
+    torch's node saved (`saved`, "result" among them where it saved its result); `name`: the composite's.
+    A formula flame does not have returns None (torch_formulas.not_in_flame): a backward that would need it
+    raises."""
 
     fn: Callable
     given: dict
     args: tuple
     saved: tuple
+    name: str = ""
 
 
 @dataclass(frozen=True)
 class Declared:
     """What torch's node of composite `name` saved: `inputs`, eagerly (tensor, its version then) pairs,
-    while tracing their Values; `result`: whether it saved its result; `formula`: its backward on them."""
+    while tracing their Values; `result`: whether it saved its result; `formula`: its backward on them.
+    `outer`: for an op inside the composite (`inside`), eagerly, the node that carries the declaration."""
 
     name: str
     inputs: tuple
     result: bool
     formula: Formula | None = None
+    outer: Any = field(default=None, compare=False)
 
 
-def inside(name: str) -> Declared:
-    """The mark of an op inside declared composite `name`: torch records no node of its own for it."""
-    return Declared(name, (), False)
+def inside(name: str, outer=None) -> Declared:
+    """The mark of an op inside declared composite `name` (eagerly, whose node is `outer`): torch records no
+    node of its own for it."""
+    return Declared(name, (), False, outer=outer)
 
 
 def saves(*what, name: str | None = None, vjp: Callable | None = None) -> Callable[[Callable], Callable]:
@@ -98,7 +105,7 @@ def saves(*what, name: str | None = None, vjp: Callable | None = None) -> Callab
             picked = what[0](given) if callable(what[0]) else what
             kept = [tensors[k] for k in picked if k in tensors]
             formula = None if vjp is None else Formula(vjp, _given(signature, args, kwargs), (),
-                                                      tuple(k for k in picked if k in tensors or k == "result"))
+                                                      tuple(k for k in picked if k in tensors or k == "result"), label)
             if trace is not None:
                 if formula is not None:
                     formula = replace(formula, args=tuple((k, trace.value_of(t)) for k, t in tensors.items()))
@@ -161,13 +168,13 @@ def _mark_eager(out: Tensor, inputs, declared: Declared) -> tuple:
     seen = {id(t) for t in inputs}
     args = set(seen)
     readers: dict = {}
-    todo = [out]
+    todo, nodes = [out], []
     while todo:
         t = todo.pop()
         if id(t) in seen or t._node is None:
             continue
         seen.add(id(t))
-        t._node.torch_saves = inside(declared.name)
+        nodes.append(t._node)
         for k, x in enumerate(t._node.inputs):
             if isinstance(x, Tensor):
                 todo.append(x)
@@ -176,5 +183,7 @@ def _mark_eager(out: Tensor, inputs, declared: Declared) -> tuple:
     while _strided_view(out._node.name) and isinstance(out._node.inputs[0], Tensor) \
             and id(out._node.inputs[0]) not in args and out._node.inputs[0]._node is not None:
         out = out._node.inputs[0]  # (a view of a value the composite made: _mark_traced says why)
+    for node in nodes:
+        node.torch_saves = inside(declared.name, out._node)
     out._node.torch_saves = declared
     return out._node, readers

@@ -2,7 +2,8 @@
 torch_formulas.py): softmax's, log_softmax's, prod's and a norm's result, logsumexp's, std's, dist's and
 copysign's and cdist's inputs and result, the inputs of var, mse_loss, layer_norm, group_norm, kl_div,
 softplus, huber_loss, smooth_l1_loss, binary_cross_entropy_with_logits, sinc, logaddexp, logaddexp2, fmax,
-xlogy, lerp, addcmul, addcdiv, clamp, clamp_min and clamp_max, and ldexp's other and result.
+xlogy, lerp, addcmul, addcdiv, clamp, clamp_min, clamp_max, log1p, logit, entr, erfcx, log_ndtr, xlog1py, fmin,
+hardtanh, celu, mish, glu, cross and binary_cross_entropy, ndtri's and ldexp's result.
 torch's backward reads the new values through its own formula; flame's, which differentiates the composite
 through its ops, takes torch's formula there. A write into the result and into each input (a leaf, and a tensor
 with a history), eagerly, inside @flame.compile, and with the backward outside a compiled forward.
@@ -90,6 +91,25 @@ OPS = {  # name: (operands, the op on lib's tensors)
     "clamp_min": ((X, Y), lambda lib, x, y: x.clamp_min(y)),
     "clamp_max": ((X, Y), lambda lib, x, y: lib.clamp_max(x, y)),
     "clamp": ((X, Y, V), lambda lib, x, y, z: x.clamp(y, z)),
+    "log1p": ((X,), lambda lib, x: x.log1p()),
+    "logit": ((X,), lambda lib, x: x.logit()),
+    "logit eps": ((X,), lambda lib, x: lib.logit(x, 0.3)),
+    "entr": ((X,), lambda lib, x: lib.special.entr(x)),
+    "erfcx": ((X,), lambda lib, x: lib.special.erfcx(x)),
+    "log_ndtr": ((X,), lambda lib, x: lib.special.log_ndtr(x * 4 - 2)),
+    "ndtri": ((X,), lambda lib, x: lib.special.ndtri(x)),
+    "xlog1py": ((X, Y), lambda lib, x, y: lib.special.xlog1py(x, y)),
+    "fmin": ((X, Y), lambda lib, x, y: lib.fmin(x, y)),
+    "hardtanh": ((X,), lambda lib, x: _f(lib).hardtanh(x, 0.3, 0.6)),
+    "celu": ((C,), lambda lib, x: _f(lib).celu(x, 0.7)),
+    "mish": ((X,), lambda lib, x: _f(lib).mish(x)),
+    "glu": ((X,), lambda lib, x: _f(lib).glu(x, 1)),
+    "glu dim 0": ((X[:2],), lambda lib, x: _f(lib).glu(x, 0)),
+    "cross": ((X[:, :3], Y[:, 1:]), lambda lib, x, y: lib.linalg.cross(x, y)),
+    "cross dim 0": ((X[:, :3], Y[:, 1:]), lambda lib, x, y: x.cross(y, dim=0)),
+    "binary_cross_entropy": ((X * 0.5, Y), lambda lib, x, y: _f(lib).binary_cross_entropy(x, y)),
+    "binary_cross_entropy weighted": ((X * 0.5, Y), lambda lib, x, y: _f(lib).binary_cross_entropy(
+        x, y, weight=lib.tensor(V, dtype=lib.float64), reduction="none")),
     "group_norm": ((GROUPED,), lambda lib, x: _f(lib).group_norm(x, 2)),
     "group_norm affine": ((GROUPED, W, BIAS), lambda lib, x, w, b: _f(lib).group_norm(x, 2, w, b, 1e-3)),
 }
@@ -256,3 +276,39 @@ def test_a_second_backward_after_a_data_write_took_torchs_formula_raises_as_torc
         else:
             assert "backward through the graph a second time" in want[1]
             assert "backward through the graph a second time" in got[1]
+
+
+NOT_IN_FLAME = {  # composites whose torch formula flame does not have: name -> (operand, the op on lib's tensors)
+    "i0": (X, lambda lib, x: lib.special.i0(x)),
+    "i0e": (X, lambda lib, x: lib.special.i0e(x)),
+    "i1": (X, lambda lib, x: lib.special.i1(x)),
+    "i1e": (X, lambda lib, x: lib.special.i1e(x)),
+    "renorm": (X, lambda lib, x: x.renorm(2, 0, 1.0)),
+    "pdist": (X, lambda lib, x: _f(lib).pdist(x)),
+}
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled", "backward outside"])
+@pytest.mark.parametrize("where", ["result", "input"])
+@pytest.mark.parametrize("name", list(NOT_IN_FLAME))
+def test_a_data_write_into_a_composite_flame_has_no_torch_formula_of_raises(name, where, how):
+    """torch's node of these saved their input (and result), and its backward reads the values a write
+    through .data put there; flame, which has not torch's formula, raises naming the composite and the
+    line that called it, where torch gives a gradient, in place of a gradient of its own."""
+    array, fn = NOT_IN_FLAME[name]
+
+    def body(lib, x):
+        y = fn(lib, x)
+        (y if where == "result" else x).data.mul_(1.5)
+        return (y * y.detach()).sum()
+
+    xt = torch.tensor(array.copy(), requires_grad=True)
+    assert torch.isfinite(torch.autograd.grad(body(torch, xt), xt)[0]).all()
+    x = flame.tensor(array.copy(), requires_grad=True)
+    with pytest.raises(flame.errors.AutogradError, match=f"backward: {name} read a tensor written through .data") as e:
+        if how == "backward outside":
+            flame.autograd.grad(flame.compile(lambda x: body(flame, x))(x), x)
+        else:
+            run = lambda x: flame.autograd.grad(body(flame, x), x)[0]
+            (run if how == "eager" else flame.compile(run))(x)
+    assert "test_data_writes_composites.py" in str(e.value) and f'"{name}": (' in str(e.value)  # (the call's line)
