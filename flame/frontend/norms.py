@@ -90,6 +90,7 @@ def normalized_groups(input: Tensor, num_groups: int, weight: Tensor | None = No
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@saves(torch_formulas.batch_norm_saved, vjp=torch_formulas.batch_norm)
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
                weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
                momentum: float | Tensor = 0.1, eps: float = 1e-5) -> Tensor:

@@ -11,6 +11,8 @@ in the saved values' dtype."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from flame.frontend.opmath import var_correction
@@ -388,6 +390,50 @@ def group_norm(b, g, saved, args, given) -> dict:
     got["input"] = _to(b, b.reshape(b.mul(rstd, inner), shape=tuple(x0.shape)), x0)
     return got
 
+
+
+
+def batch_norm_saved(given: dict) -> tuple:
+    """What torch's NativeBatchNormBackward0 saves that flame checks: the input and weight, and evaluating
+    the running statistics. (Training, it saves them too, but its kernel updates them without counting a
+    version, where flame's update is a counted write, which would refuse a second call of the module
+    before the backward: so flame lets a write of the user's into them after a training call through,
+    where torch refuses it.)"""
+    return ("input", "weight") if given.get("training") else ("input", "weight", "running_mean", "running_var")
+
+def batch_norm(b, g, saved, args, given) -> dict:
+    """native_batch_norm_backward on the saved input, weight and running statistics: training, with the
+    batch's mean and 1/std the forward computed (of the input as it read it), (g - mean(g) - (x - mean)
+    dotp / std^2 / n) / std * weight, dotp = sum(g (x - mean)); evaluating, g / std * weight of the running
+    statistics as they are now; dweight = dotp / std, dbias = sum(g), per channel."""
+    x0, x = args["input"], _wide(b, saved["input"])
+    c, rank = x0.shape[1], x0.type.rank
+    axes = [0, *range(2, rank)]
+    per_channel = (c,) + (1,) * (rank - 2)
+    gw, eps = _wide(b, g), float(given["eps"])
+    if given["training"]:
+        w0 = _wide(b, x0)
+        mean = b.reduce_mean(w0, axes=axes, keepdim=True)
+        d0 = b.sub(w0, mean)
+        invstd = b.rsqrt(b.add(b.reduce_mean(b.mul(d0, d0), axes=axes, keepdim=True), eps))
+    else:
+        mean = b.reshape(_wide(b, saved["running_mean"]), shape=per_channel)
+        invstd = b.rsqrt(b.add(b.reshape(_wide(b, saved["running_var"]), shape=per_channel), eps))
+    centred = b.sub(x, mean)
+    dotp = b.reduce_sum(b.mul(gw, centred), axes=axes, keepdim=True)
+    w = b.reshape(_wide(b, saved["weight"]), shape=per_channel) if "weight" in saved else None
+    if given["training"]:
+        n = float(math.prod(x0.shape) // c) if c else 1.0
+        k = b.div(b.mul(b.mul(dotp, invstd), invstd), n)
+        gx = b.mul(b.sub(b.sub(gw, b.reduce_mean(gw, axes=axes, keepdim=True)), b.mul(centred, k)), invstd)
+    else:
+        gx = b.mul(gw, invstd)
+    got = {"input": _to(b, b.mul(gx, w) if w is not None else gx, x0)}
+    if "weight" in args:
+        got["weight"] = _to(b, b.reshape(b.mul(dotp, invstd), shape=(c,)), args["weight"])
+    if "bias" in args:
+        got["bias"] = _to(b, b.reshape(b.reduce_sum(gw, axes=axes, keepdim=True), shape=(c,)), args["bias"])
+    return got
 
 def kl_div_saved(given: dict) -> tuple:
     """What torch's nodes of kl_div save (its composite: xlogy(target, target) - target * input, reduced):

@@ -8,7 +8,9 @@ because its node saved the tensor written, and their neighbours it lets through,
   requires grad or 3-d operands take, nor by hand-written attention, whose add saves nothing);
 - the result of a reduction whose node saves it (max(), min(), median(), nanmedian() over every element,
   amax, logsumexp along a dim, norm, prod), and the input and tensor bounds of clamp;
-- a detach() of the written tensor read by a node: mul's saves it, add's does not (no error, eagerly too).
+- a detach() of the written tensor read by a node: mul's saves it, add's does not (no error, eagerly too);
+- batch_norm's input and weight, and evaluating its running statistics (its own update of them, training,
+  is no counted write: a second call before the backward is no error).
 Against torch in float64."""
 
 from __future__ import annotations
@@ -146,6 +148,22 @@ def _attention(lib, x, mask_grad: bool, rank: int, hand: bool, write):
     return (out * out).sum()
 
 
+def _batch_norm(lib, x, training: bool, written: str):
+    stats = {"mean": lib.zeros(4, dtype=lib.float64), "var": lib.ones(4, dtype=lib.float64) * 2,
+             "weight": lib.tensor([0.5, 1.5, 2.0, 1.0], dtype=lib.float64, requires_grad=True) * 1}
+    y = lib.nn.functional.batch_norm(x * 1, stats["mean"], stats["var"], stats["weight"], training=training)
+    if written == "second call":  # its own update of the running statistics: no counted write, as torch's
+        y = y + lib.nn.functional.batch_norm(x * 2, stats["mean"], stats["var"], training=training)
+    else:
+        _no_grad(lib, stats[written], lambda t: t.add_(1))
+    return (y * y.detach()).sum()
+
+
+BATCH_NORM = {f"batch_norm {'training' if t else 'eval'}, {w}": functools.partial(_batch_norm, training=t, written=w)
+              for t, ws in ((False, ("mean", "var", "weight", "second call")), (True, ("weight", "second call")))
+              for w in ws}
+
+
 def _add_1(lib, t):
     _no_grad(lib, t, lambda t: t.add_(1))
 
@@ -198,6 +216,7 @@ PROGRAMS = {
         _mul_by_a_number, _constant_saved_by_mul, _constant_read_by_add, _detached_read_by_add,
         _detached_read_by_mul)},
     **ATTENTION,
+    **BATCH_NORM,
     **{f"{name}, {wn} into its {into}": _reduced(r, w, into) for name, r in REDUCTIONS.items()
        for wn, w in (("no_grad add_", _add_1), ("detach().mul_", _detach_mul_2)) for into in ("result", "input")},
 }
