@@ -117,10 +117,10 @@ def clamp(b, g, saved, args, given) -> dict:
         keep = b.ge(x, lo) if lo is not None else b.le(x, hi)
     got = {"input": b.where(keep, g, 0.0)}
     got["self"] = got["input"]
-    if lo is not None:
+    if "min" in saved:  # (a number bound takes no gradient)
         below = b.lt(x, lo)
         got["min"] = b.where(b.logical_and(below, b.lt(lo, hi)) if hi is not None else below, g, 0.0)
-    if hi is not None:
+    if "max" in saved:
         above = b.gt(x, hi)
         got["max"] = b.where(b.logical_or(above, b.lt(hi, lo)) if lo is not None else above, g, 0.0)
     return got

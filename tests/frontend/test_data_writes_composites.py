@@ -91,6 +91,9 @@ OPS = {  # name: (operands, the op on lib's tensors)
     "clamp_min": ((X, Y), lambda lib, x, y: x.clamp_min(y)),
     "clamp_max": ((X, Y), lambda lib, x, y: lib.clamp_max(x, y)),
     "clamp": ((X, Y, V), lambda lib, x, y, z: x.clamp(y, z)),
+    "clamp by numbers": ((X,), lambda lib, x: x.clamp(0.3, 0.6)),
+    "clamp by max": ((X, Y), lambda lib, x, y: lib.clamp(x, max=y)),
+    "corrcoef": ((X,), lambda lib, x: lib.corrcoef(x)),  # (a clamp by numbers inside)
     "log1p": ((X,), lambda lib, x: x.log1p()),
     "logit": ((X,), lambda lib, x: x.logit()),
     "logit eps": ((X,), lambda lib, x: lib.logit(x, 0.3)),
