@@ -620,7 +620,7 @@ def _keeping_history(trace, old, new, counted: bool):
         grad_enabled.reset(token)
 
 
-def _shares_counter(o, t) -> bool:
+def shares_counter(o, t) -> bool:
     """o is t, or a view or detach() of t or of what t is a view of (not one through .data): torch's
     version counter of the two is one."""
     if not isinstance(o, Tensor) or through_data(o) and not through_data(t):
@@ -635,7 +635,7 @@ def stand_in(t, *others):
     if t._base is not None and stale(t):
         fresh(t)
     trace = current_trace.get()
-    if trace is not None and grad_enabled.get() and not any(_shares_counter(o, t) for o in others):
+    if trace is not None and grad_enabled.get() and not any(shares_counter(o, t) for o in others):
         # the write's own ops come after (counted_writes.mark); where an operand is t, a view or detach() of
         # it (y.mul_(y)), torch's node saved that operand as it is, and the write changes it: they count
         v = trace.value_of(t)

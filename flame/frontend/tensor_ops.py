@@ -24,7 +24,7 @@ from flame.frontend.broadcasting import broadcast_tensors
 from flame.frontend.context import current_trace, grad_enabled, made_like, no_grad, user_location
 from flame.frontend.creation import arange, normal_, uniform_
 from flame.frontend.dispatch import apply, broadcast
-from flame.frontend.indexing import assign, flat_positions, stand_in, writes_a_leaf
+from flame.frontend.indexing import assign, flat_positions, shares_counter, stand_in, writes_a_leaf
 from flame.frontend.linalg_functions import matrix_norm
 from flame.frontend.norms import vector_norm
 from flame.frontend.promotion import alpha_check, fits, is_bool, result_type
@@ -362,7 +362,14 @@ class TensorOps:
         `others` sharing part ("partial") or any ("any") of self's memory, as torch's op `what` does."""
         if check is not None:
             views.check_overlap(self, others, what, full=check == "any")
-        new = fn(stand_in(self, *others))
+        old = stand_in(self, *others)
+        if old is self and current_trace.get() is not None and grad_enabled.get() \
+                and any(shares_counter(o, self) for o in others):
+            # y.copysign_(y): torch's node saves the self it reads as a clone (its original_self) and an
+            # operand as it is, which the write changes; while tracing the clone's value is the self the
+            # write's ops read, which counted_writes does not count (eagerly, the stand-in is)
+            old = self.clone()
+        new = fn(old)
         if new.shape != self.shape:
             raise ShapeError(f"in-place op: output with shape {list(self.shape)} doesn't match the broadcast "
                              f"shape {list(new.shape)}\n  at {user_location()}")

@@ -4,7 +4,8 @@ gradient computation has been modified by an inplace operation: ..., which is ou
 (spelled `Lerp1` by torch 2.13's message), its node of the in-place op; flame's error names that op, a
 composite (lerp, clamp, addcdiv ...) by its own name, not one of the ops flame builds it from. Eagerly,
 inside @flame.compile, and outside it on the compiled result; against torch in float64. Neighbours torch
-lets through (a number weight, masked_fill_ of a value read before the write) give torch's gradient."""
+lets through (a number weight, masked_fill_ of a value read before the write, copysign_ of the tensor itself,
+whose node saves its self as a clone) give torch's gradient."""
 
 from __future__ import annotations
 
@@ -66,6 +67,9 @@ ALLOWED = {  # name: (y made from x, an in-place op whose node saved nothing it 
     "masked_fill_ of its sum": (_twice, lambda lib, x, y: y.masked_fill_(x > 0, y.sum())),
     "addcdiv_ of another": (_twice, lambda lib, x, y: y.addcdiv_(x * 1, y + 3)),
     "clamp_ by numbers": (_twice, lambda lib, x, y: y.clamp_(-0.3, 0.5)),
+    "copysign_ by itself": (_shifted, lambda lib, x, y: y.copysign_(y)),  # saves self (a clone) and the result
+    "copysign_ by a view of itself": (_shifted, lambda lib, x, y: y[:1].copysign_(y[1:2])),
+    "sub_ of itself": (_twice, lambda lib, x, y: y.sub_(y, alpha=0.5)),
 }
 
 
