@@ -37,6 +37,7 @@ from flame.frontend.views import moved_since
 from flame.ir.graph import CheckpointLoc, Op, Value
 
 _COUNTED = ByIdentity()  # the marked stand-ins
+_RESULTS = ByIdentity()  # a base tensor -> the results of the in-place ops written into views of it since
 
 
 class RegionArgs(NamedTuple):
@@ -59,6 +60,27 @@ def mark(old: Tensor, trace=None) -> None:
         trace.data_written.setdefault(v, (old, True))  # `.data` tensors of v read old's storage at backward
     else:
         _COUNTED[old] = True
+
+
+def note_result(t: Tensor, new: Tensor) -> None:
+    """new, the result of an in-place op into view t (`t.exp_()`), which torch's node of the op holds as its
+    output: t, whose version counter is its base's, so that any later counted write into the base or a view
+    of it changes what that node saved (mark_storage). flame's view is derived again from its base, so the
+    node's result is new alone."""
+    root = t._base if t._base is not None else t
+    _RESULTS[root] = (*_RESULTS.get(root, ()), new)
+
+
+def mark_storage(t, trace=None) -> None:
+    """A counted write into t's storage (t, its base or a view of it, eagerly or while tracing): the results
+    of the in-place ops written into views of it before (note_result) are marked, as torch's version
+    counter of the storage moves on under the nodes that saved them."""
+    root = t._base if t._base is not None else t
+    results = _RESULTS.get(root, ())
+    if results:
+        _RESULTS[root] = ()
+        for new in results:
+            mark(new, trace)
 
 
 def saved_modified_error(name: str, loc) -> AutogradError:

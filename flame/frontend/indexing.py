@@ -31,6 +31,7 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel, write_hook
 from flame.frontend.counted_writes import mark as mark_counted
+from flame.frontend.counted_writes import mark_storage
 from flame.frontend.creation import arange
 from flame.frontend.data_writes import count_write_through, mark_live, through_data
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
@@ -444,6 +445,7 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
             raise TraceError(f"{what} into a traced tensor outside its trace\n  at {user_location()}")
         if grad_enabled.get():  # the ops recorded before that saved t's value raise at backward, as torch's
             mark_counted(t, trace)
+            mark_storage(t, trace)
         value = new if grad_enabled.get() else _keeping_history(trace, t, new, counted=True)
         if grad_enabled.get() and trace.requires_grad(t) and not trace.requires_grad(new):
             value = apply("where", full((), True, boolean), new, t)  # t keeps requiring grad (the eager rule below)
@@ -544,6 +546,7 @@ def _write_view(t, new, what: str, fill: bool) -> None:
             merged = _keeping_history(trace, old, merged, counted=not through_data(t))
         if not untracked:  # what the ops recorded before saved of the base or of t raises at backward
             mark_counted(base, trace)
+            mark_storage(base, trace)
             if t._value is not None:
                 mark_counted(t, trace)
         if base._value is not None and not untracked:  # the base requires grad as its new value does
@@ -598,6 +601,7 @@ def _untracked(t, write_it, live: bool = False) -> None:
         mark_live(old, t)
     else:  # a write torch counts (detach(), no_grad): a node that saved the old value raises at backward
         mark_counted(old)
+        mark_storage(t)
     write_it()
     with enable_grad():
         t._node = apply("straight_through", old, Tensor._concrete(t._data.copy(), t.dtype))._node
@@ -613,6 +617,7 @@ def _keeping_history(trace, old, new, counted: bool):
     try:
         if counted:  # (old may require no grad: a node that read it, as mul's other operand, saved it all the same)
             mark_counted(old, trace)
+            mark_storage(old, trace)
         if not trace.requires_grad(old):
             return apply("stop_gradient", new)
         return apply("straight_through", old, new)
@@ -649,6 +654,7 @@ def stand_in(t, *others):
     # ops recorded before the write name t at this version: backward() reads them as `old`
     t._past = {**(t._past or {}), t._version: old}
     mark_counted(old)  # a node recorded before the write that saved t raises at backward, as torch's
+    mark_storage(t)
     if t._node is not None:
         hand_over_hooks(t, old)
     return old

@@ -22,6 +22,7 @@ from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.broadcasting import broadcast_tensors
 from flame.frontend.context import current_trace, grad_enabled, made_like, no_grad, user_location
+from flame.frontend.counted_writes import note_result
 from flame.frontend.creation import arange, normal_, uniform_
 from flame.frontend.dispatch import apply, broadcast
 from flame.frontend.indexing import assign, flat_positions, shares_counter, stand_in, writes_a_leaf
@@ -377,6 +378,8 @@ class TensorOps:
             raise DTypeError(f"in-place op: result type {new.dtype} can't be cast to the desired output type "
                              f"{self.dtype}\n  at {user_location()}")
         assign(self, new if new.dtype == self.dtype else new.to(self.dtype), what, fill=fill)
+        if self._base is not None and grad_enabled.get():
+            note_result(self, new)  # what torch's node of the op saved as its result, where it did
         return self
 
     # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------

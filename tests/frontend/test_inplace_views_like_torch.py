@@ -1,0 +1,79 @@
+"""An in-place op written into a view (a slice, a row, a transpose, a diagonal, as_strided, unfold, a view
+of a view) whose torch node saves its result (exp_, tanh_, sigmoid_), then another write torch's version
+counter counts into the same storage: into the view again, another view of the base, the base itself, under
+no_grad or through detach(). torch's node of the first op saved the view as its output, which shares the
+base's counter, so its backward raises; flame raises too, naming the op, where it gave a gradient. Writes
+whose first op saved nothing of its result (mul_ by a number) and reads with no later write give torch's
+gradient. Eagerly, inside @flame.compile and outside it on the compiled result; against torch in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+from tests.frontend.backward_ways import WAYS, grad_or_none, same_as_torch
+
+X = np.random.default_rng(0).uniform(0.2, 0.9, (4, 6))
+VIEWS = {
+    "row": lambda y: y[0],
+    "slice with a step": lambda y: y[1:3, ::2],
+    "transpose": lambda y: y.t(),
+    "diagonal": lambda y: y.diagonal(1),
+    "as_strided": lambda y: y.as_strided((2, 2), (6, 1), 2),
+    "unfold": lambda y: y.unfold(1, 2, 2),
+    "view of a view": lambda y: y[1:3][0],
+}
+FIRST = {  # name: the first in-place op, into the view, and whether its node saved its result
+    "exp_": (lambda v: v.exp_(), True),
+    "tanh_": (lambda v: v.tanh_(), True),
+    "sigmoid_": (lambda v: v.sigmoid_(), True),
+    "mul_ by a number": (lambda v: v.mul_(2.5), False),
+}
+
+
+def _no_grad_add(lib, y, view):
+    with lib.no_grad():
+        y.add_(1)
+
+
+THEN = {  # the second write, into the storage of base y (view: the first write's view, taken again)
+    "into the view again": lambda lib, y, view: view(y).mul_(3),
+    "into another row": lambda lib, y, view: y[3].mul_(2),
+    "into the base": lambda lib, y, view: y.mul_(2),
+    "under no_grad": _no_grad_add,
+    "through detach()": lambda lib, y, view: y.detach().mul_(2),
+    "none (a read)": lambda lib, y, view: y * 2,
+}
+
+
+def _body(view: str, first: str, then: str):
+    def body(lib, x):
+        y = x * 1
+        FIRST[first][0](VIEWS[view](y))
+        THEN[then](lib, y, VIEWS[view])
+        return (y * y.detach()).sum()
+
+    return body
+
+
+CASES = [(v, f, t) for v in VIEWS for f in FIRST for t in THEN]
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize(("view", "first", "then"), CASES, ids=[" / ".join(c) for c in CASES])
+def test_a_write_after_an_in_place_op_into_a_view_like_torch(view, first, then, way):
+    body = _body(view, first, then)
+    want = grad_or_none(torch, body, "eager", torch.tensor(X, requires_grad=True), "")
+    got = grad_or_none(
+        flame, body, way, flame.tensor(X, dtype=flame.float64, requires_grad=True), "test_inplace_views_like_torch.py"
+    )
+    same_as_torch(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_torch_refuses_a_write_after_exp_into_a_view(view):
+    """The oracle: a write into another part of the base after exp_ into a view is torch's error."""
+    body = _body(view, "exp_", "into another row")
+    assert grad_or_none(torch, body, "eager", torch.tensor(X, requires_grad=True), "") is None
