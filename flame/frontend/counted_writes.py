@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from flame._identity import ByIdentity
 from flame.errors import AutogradError
-from flame.frontend.data_writes import shares_storage, through_data, written_through
+from flame.frontend.data_writes import mark_live, shares_storage, through_data, written_through
 from flame.frontend.saved import saves_nothing, torch_saved
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import moved_since
@@ -68,7 +68,7 @@ def note_result(t: Tensor, new: Tensor) -> None:
     of it changes what that node saved (mark_storage). flame's view is derived again from its base, so the
     node's result is new alone."""
     root = t._base if t._base is not None else t
-    _RESULTS[root] = (*_RESULTS.get(root, ()), new)
+    _RESULTS[root] = (*_RESULTS.get(root, ()), (new, t))
 
 
 def mark_storage(t, trace=None) -> None:
@@ -79,8 +79,21 @@ def mark_storage(t, trace=None) -> None:
     results = _RESULTS.get(root, ())
     if results:
         _RESULTS[root] = ()
-        for new in results:
+        for new, _ in results:
             mark(new, trace)
+
+
+def read_storage_live(t, trace=None) -> None:
+    """A write through `.data` into t's storage: the results of the in-place ops written into views of it
+    before (note_result) are read by their nodes' VJPs as the view holds them at backward, as torch's
+    node reads its saved output's storage (data_writes.py): eagerly marked live, while tracing each
+    result's value is replaced by its view's value then (Trace.data_written)."""
+    root = t._base if t._base is not None else t
+    for new, view in _RESULTS.get(root, ()):
+        if trace is None:
+            mark_live(new, view)
+        else:
+            trace.data_written.setdefault(trace.value_of(new), (view, False))
 
 
 def saved_modified_error(name: str, loc) -> AutogradError:

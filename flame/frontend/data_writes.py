@@ -74,7 +74,8 @@ def note_data_link(attrs, out: Tensor, trace) -> None:
         attrs.values.append(out._value)
 
 
-def _data_link(t) -> DataLink | None:
+def data_link(t) -> DataLink | None:
+    """The DataLink of the `.data` tensor t is (or is a view of); None for a tensor not reached through one."""
     links = [attrs for _, attrs, _ in t._chain if isinstance(attrs, DataLink)] if isinstance(t, Tensor) else ()
     return links[-1] if links else None
 
@@ -83,13 +84,13 @@ _LIVE = ByIdentity()  # stand-in -> (the buffer holding its values now, its dtyp
 
 def through_data(t) -> bool:
     """t is a tensor reached through `.data` (it, or a view of a `.data` tensor)."""
-    return _data_link(t) is not None
+    return data_link(t) is not None
 
 
 def written_through(t: Tensor, version: int | None) -> bool:
     """t, reached through `.data`, was written since its base's storage was at `version` through its
     `.data` tensor or a view of that (a write its own version counter counts)."""
-    return version is not None and any(w > version for w in _data_link(t).writes)
+    return version is not None and any(w > version for w in data_link(t).writes)
 
 
 def uncounted_since(t: Tensor, version: int | None) -> bool:
@@ -103,7 +104,7 @@ def count_write_through(t: Tensor, trace=None) -> None:
     """A write through t, reached through `.data`: its `.data` tensor's own version counter counts it.
     Eagerly the base's version it made is noted (written_through); while tracing the link's value joins
     Trace.counted, with the number of ops recorded before the write began (counted_writes.refused)."""
-    link = _data_link(t)
+    link = data_link(t)
     if trace is None:
         link.writes.append(t._base._vc[0])
     elif link.values:

@@ -31,7 +31,7 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel, write_hook
 from flame.frontend.counted_writes import mark as mark_counted
-from flame.frontend.counted_writes import mark_storage
+from flame.frontend.counted_writes import mark_storage, read_storage_live
 from flame.frontend.creation import arange
 from flame.frontend.data_writes import count_write_through, mark_live, through_data
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
@@ -542,6 +542,7 @@ def _write_view(t, new, what: str, fill: bool) -> None:
         if untracked:
             if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
                 trace.data_written[trace.value_of(old)] = (base, False)
+                read_storage_live(base, trace)
                 count_write_through(t, trace)
             merged = _keeping_history(trace, old, merged, counted=not through_data(t))
         if not untracked:  # what the ops recorded before saved of the base or of t raises at backward
@@ -599,6 +600,7 @@ def _untracked(t, write_it, live: bool = False) -> None:
     t._past = {**(t._past or {}), version(t): old}
     if live:
         mark_live(old, t)
+        read_storage_live(t)
     else:  # a write torch counts (detach(), no_grad): a node that saved the old value raises at backward
         mark_counted(old)
         mark_storage(t)

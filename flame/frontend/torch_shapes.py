@@ -14,6 +14,7 @@ from flame.errors import ArgumentError, ArgumentRangeError, AutogradError, Shape
 from flame.frontend import views
 from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.creation import tensor
+from flame.frontend.data_writes import data_link
 from flame.frontend.dispatch import apply
 from flame.frontend.size import Size
 from flame.frontend.tensor import Tensor, dim_index
@@ -159,8 +160,10 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
     if _flat_storage(base) and (own is None or base.requires_grad and np.isin(idx, own).all()):
         # torch's view of the storage: base's elements as a flat vector, read at the strides (a write into
         # it, or into a view of it, reaches input; its stride(), storage_offset() and is_contiguous() are
-        # torch's); through detach(), a view of the detached storage, which carries no gradient
-        storage = base.detach() if detached else base
+        # torch's); through detach(), a view of the detached storage, which carries no gradient; through
+        # .data, of the storage through that `.data` (a write through it is not counted, as torch's)
+        link = data_link(input)
+        storage = (base._detach_as(link) if link is not None else base.detach()) if detached else base
         return apply("as_strided", storage.reshape(-1), size=size, stride=stride, offset=offset)
     # a copy: input's own elements read from input (its gradient is theirs), the others from the storage
     flat = (base if own is None and not detached else base.detach()).reshape(-1)[tensor(idx)]

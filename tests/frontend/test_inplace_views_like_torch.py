@@ -2,7 +2,9 @@
 of a view) whose torch node saves its result (exp_, tanh_, sigmoid_), then another write torch's version
 counter counts into the same storage: into the view again, another view of the base, the base itself, under
 no_grad or through detach(). torch's node of the first op saved the view as its output, which shares the
-base's counter, so its backward raises; flame raises too, naming the op, where it gave a gradient. Writes
+base's counter, so its backward raises; flame raises too, naming the op, where it gave a gradient. A write
+through .data instead is not counted: torch's node reads the storage as the backward finds it, and so does
+flame's (it read the values from before the write). Writes
 whose first op saved nothing of its result (mul_ by a number) and reads with no later write give torch's
 gradient. Eagerly, inside @flame.compile and outside it on the compiled result; against torch in float64."""
 
@@ -44,6 +46,8 @@ THEN = {  # the second write, into the storage of base y (view: the first write'
     "into the base": lambda lib, y, view: y.mul_(2),
     "under no_grad": _no_grad_add,
     "through detach()": lambda lib, y, view: y.detach().mul_(2),
+    "through .data": lambda lib, y, view: y.data.mul_(2),
+    "into the view through .data": lambda lib, y, view: view(y.data).add_(0.5),
     "none (a read)": lambda lib, y, view: y * 2,
 }
 
@@ -58,7 +62,8 @@ def _body(view: str, first: str, then: str):
     return body
 
 
-CASES = [(v, f, t) for v in VIEWS for f in FIRST for t in THEN]
+# (unfold of a .data tensor is a copy in flame, a write into which raises flame's ViewError)
+CASES = [(v, f, t) for v in VIEWS for f in FIRST for t in THEN if (v, t) != ("unfold", "into the view through .data")]
 
 
 @pytest.mark.parametrize("way", WAYS)
