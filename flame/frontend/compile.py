@@ -371,7 +371,8 @@ class Compiled:
         if not grads and len(g.outputs) == n_updates and not tr.backward_freed:
             entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t)
                                 and i not in tr.returned_as_is)  # a tensor handed back itself has its history
-            entry.data_written = written_positions(g, tr.written_now(), tr.torch_saves, tr.data_links)
+            entry.data_written = written_positions(g, tr.written_now(), tr.torch_saves, tr.data_links,
+                                                   tr.view_copies)
             entry.refused = tr.refused_by_outputs(g.outputs, entry.needs)
         return self._compile(entry) if compile else entry
 

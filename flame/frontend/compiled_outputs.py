@@ -78,8 +78,8 @@ def _gradient_graph(forward: Graph, present: tuple[int, ...], name: str, data_wr
                     ) -> tuple[Graph, list[bool]]:
     g = forward.copy()
     b = Builder(g, BackwardLoc(""))
-    written, declared, links = at_positions(g, data_written)  # (positions taken before cotangent inputs)
-    live, composites = traced_live_reads(g, written, b, declared, links)
+    written, declared, links, copies = at_positions(g, data_written)  # (positions taken before cotangent inputs)
+    live, composites = traced_live_reads(g, written, b, declared, links, copies)
     g.name, g.aliases, g.groups = name, {}, None
     n = len(g.inputs)
     outs = [g.outputs[k] for k in present]

@@ -220,7 +220,8 @@ def refused(ops: list[Op], used: set, counted: dict[Value, int], requires_grad: 
     does. `declared`: Trace.torch_saves, what torch's node saved for the ops of a composite it records as
     one node (torch_saves.py): the composite's name and what it saved in place of the op's. `regions`:
     Trace.checkpoint_args, the RegionArgs of each checkpoint region, by its number. A view, or detach()'s
-    result (not `.data`'s: Trace.data_links), taken before the write shares the written value's counter."""
+    result, taken before the write shares the written value's counter; not one in `data_links` (`.data`'s:
+    Trace.data_links; a view op's copy: Trace.view_copies)."""
     if not counted or saves_nothing():  # (saves_nothing: as refuse's)
         return None
     before = dict(counted)  # value -> the ops before this index saw it as it was

@@ -183,7 +183,7 @@ def live_reads(op, t: Tensor, inputs: list, g: Graph, leaves: list, consts: dict
 
 
 def traced_live_reads(g: Graph, written: dict[Value, tuple[Value, bool]], b=None, declared: dict | None = None,
-                      links=frozenset()) -> tuple[dict | None, dict | None]:
+                      links=frozenset(), copies=frozenset()) -> tuple[dict | None, dict | None]:
     """autodiff's (`unpacked`, `composites`) for a traced backward: each op that read (or made) a value a
     write through `.data` replaced (`written`: that value -> (the tensor's value now, False)) reads the
     current value instead; a view of a replaced value (a view op's result, or detach()'s, which shares its
@@ -192,7 +192,8 @@ def traced_live_reads(g: Graph, written: dict[Value, tuple[Value, bool]], b=None
     was, or refused (counted_writes.refused), by the ops that read it, but a `.data` tensor taken of it or
     of a view of it before the write (`links`: Trace.data_links) has a counter of its own: the ops that read
     that (or a view of it) read the storage now. `declared` (Trace.torch_saves): the composites whose torch
-    node saved such a value take their gradient from torch's formula (torch_backwards)."""
+    node saved such a value take their gradient from torch's formula (torch_backwards). A view op's result
+    in `copies` (Trace.view_copies) is a copy, which a write does not reach."""
     shared = {v: now for v, (now, counted) in written.items() if counted} if links else {}
     written = {v: now for v, (now, counted) in written.items() if not counted}
     if not written and not shared:
@@ -204,7 +205,7 @@ def traced_live_reads(g: Graph, written: dict[Value, tuple[Value, bool]], b=None
                 sub.setdefault(op, {})[k] = written[x]
         if op.out in written:
             sub.setdefault(op, {})[-1] = written[op.out]
-        if b is None or not op.inputs or op.out in written or not shares_storage(op.name):
+        if b is None or not op.inputs or op.out in written or not shares_storage(op.name) or op.out in copies:
             continue
         if op.inputs[0] in written:
             written[op.out] = b.emit(op.name, written[op.inputs[0]], *op.inputs[1:], **op.attrs)
@@ -251,13 +252,13 @@ def _values(g: Graph) -> list[Value]:
 
 
 def written_positions(g: Graph, written: dict[Value, tuple[Value, bool]], declared: dict | None = None,
-                      links=frozenset()) -> tuple:
+                      links=frozenset(), copies=frozenset()) -> tuple:
     """`written` (Trace.written_now: each value paired with the tensor's value at the end of the body, and
     whether a counted write replaced it), the formulas of `declared` (Trace.torch_saves) and `links`
-    (Trace.data_links) as positions in g (its inputs, then its ops' results), which a copy of g keeps
-    (compiled_outputs): (value pairs with the flag, (op's index, its Formula with positions), link
-    positions). A counted write matters only to a `.data` tensor (traced_live_reads): with no links, none
-    is kept."""
+    (Trace.data_links) and `copies` (Trace.view_copies) as positions in g (its inputs, then its ops'
+    results), which a copy of g keeps (compiled_outputs): (value pairs with the flag, (op's index, its
+    Formula with positions), link positions, copy positions). A counted write matters only to a `.data`
+    tensor (traced_live_reads): with no links, none is kept."""
     at = {v: k for k, v in enumerate(_values(g))}
     pairs = tuple((at[a], at[b], counted) for a, (b, counted) in written.items()
                   if a in at and b in at and (links or not counted))
@@ -267,18 +268,18 @@ def written_positions(g: Graph, written: dict[Value, tuple[Value, bool]], declar
     formulas = tuple((index[op], replace(d.formula, args=tuple((k, at[v]) for k, v in d.formula.args)))
                      for op, d in (declared or {}).items()
                      if d.formula is not None and op in index and all(v in at for _, v in d.formula.args))
-    return pairs, formulas, tuple(at[v] for v in links if v in at)
+    return pairs, formulas, tuple(at[v] for v in links if v in at), tuple(at[v] for v in copies if v in at)
 
 
-def at_positions(g: Graph, positions: tuple) -> tuple[dict[Value, tuple[Value, bool]], dict, set]:
+def at_positions(g: Graph, positions: tuple) -> tuple[dict[Value, tuple[Value, bool]], dict, set, set]:
     """written_positions' answer as g's values (g: a copy of the graph it was taken from): (the written
     values, each paired with its value at the end and the flag; op -> a Declared with its formula; the
-    `.data` links)."""
+    `.data` links; the view ops' copies)."""
     if not positions:
-        return {}, {}, set()
-    pairs, formulas, links = positions
+        return {}, {}, set(), set()
+    pairs, formulas, links, copies = positions
     vals = _values(g)
     written = {vals[a]: (vals[b], counted) for a, b, counted in pairs if max(a, b) < len(vals)}
     declared = {g.ops[i]: Declared("", (), False, replace(f, args=tuple((k, vals[v]) for k, v in f.args)))
                 for i, f in formulas}
-    return written, declared, {vals[k] for k in links if k < len(vals)}
+    return written, declared, {vals[k] for k in links if k < len(vals)}, {vals[k] for k in copies if k < len(vals)}

@@ -213,9 +213,11 @@ def apply(name: str, *inputs: Any, **attrs: Any):
                 t = Tensor._traced(trace.builder.emit("stop_gradient", t._value), trace)
             trace.no_grad.add(t._value)
         view = opdef.view
-        if view is not None and view.strided is not None and isinstance(inputs[0], Tensor) \
-                and traced_view(inputs[0], opdef, t.shape):
-            link(t, inputs[0], opdef, attrs)
+        if view is not None and view.strided is not None and isinstance(inputs[0], Tensor):
+            if traced_view(inputs[0], opdef, t.shape):
+                link(t, inputs[0], opdef, attrs)
+            else:  # a copy, as torch's reshape of a transpose
+                trace.view_copies.add(t._value)
         recorder = op_recorder.get()
         if recorder is not None:
             recorder(name, inputs, attrs, t)

@@ -140,6 +140,9 @@ class Trace:
     # detach()'s): a counted write into the input is none into them (counted_writes.refused), and what read
     # them reads the storage at backward (data_writes.traced_live_reads)
     data_links: set = field(default_factory=set)
+    # values a view op made as a copy, where torch's makes one (a reshape of a transpose): they share no
+    # storage, nor version counter, with its input (counted_writes.refused)
+    view_copies: set = field(default_factory=set)
     # value -> the number of ops recorded before an in-place op on it began (indexing.stand_in): its own ops
     # come after, and read the value as torch's node reads what it clones (counted_writes.mark)
     write_begun: dict = field(default_factory=dict)
@@ -442,11 +445,11 @@ class Trace:
         if self.counted:
             used, carries = ops or self._backward_ops(root, wrt)
             found = refused(self.graph.ops, used, self.counted, carries, self.torch_saves, self.checkpoint_args,
-                            self.data_links)
+                            self.data_links | self.view_copies)
             if found is not None:
                 raise saved_modified_error(*found)
         live, composites = traced_live_reads(self.graph, self.written_now(), self.builder, self.torch_saves,
-                                             self.data_links)
+                                             self.data_links, self.view_copies)
         if formulas is not None:
             formulas.update(composites or ())
         return autodiff(self.graph, root, wrt, seed, hooks, unpacked=live, composites=composites)
@@ -505,7 +508,7 @@ class Trace:
                 got.append((k, again.name, again.loc, True))
                 continue
             found = self.counted and refused(self.graph.ops, used, self.counted, carries, self.torch_saves,
-                                             self.checkpoint_args, self.data_links)
+                                             self.checkpoint_args, self.data_links | self.view_copies)
             if found:
                 got.append((k, *found, False))
         return tuple(got)

@@ -82,3 +82,42 @@ def test_torch_refuses_a_write_after_exp_into_a_view(view):
     """The oracle: a write into another part of the base after exp_ into a view is torch's error."""
     body = _body(view, "exp_", "into another row")
     assert grad_or_none(torch, body, "eager", torch.tensor(X, requires_grad=True), "") is None
+
+
+COPIES = {  # a view op's result that torch (and flame) make a copy, its strides allowing no view
+    "reshape of a transpose": lambda y: y.t().reshape(-1),
+    "reshape of a column slice": lambda y: y.narrow(1, 1, 2).reshape(-1),
+    "flatten of an expand": lambda y: y[:1].expand(3, 6).flatten(),
+}
+
+
+def _no_grad_mul(lib, y):
+    with lib.no_grad():
+        y[1].mul_(2)
+
+
+LATER = {
+    "a write into a row": lambda lib, y: y[1].mul_(2),
+    "under no_grad": _no_grad_mul,
+    "through .data": lambda lib, y: y.data.mul_(1.5),
+}
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("later", list(LATER))
+@pytest.mark.parametrize("copy", list(COPIES))
+def test_a_write_into_the_base_leaves_a_copy_a_view_op_made_as_it_was(copy, later, way):
+    """cumprod saves its input, here a copy: a later write into the base neither changes it (torch's
+    gradient, where flame's compiled backward raised its in-place error as for a view) nor, through .data,
+    is read by its backward (flame's compiled backward read the base's new values through it)."""
+
+    def body(lib, x):
+        y = x * 1
+        r = COPIES[copy](y).cumprod(0)
+        LATER[later](lib, y)
+        return (r * 0.5).sum() + (y * y.detach()).sum()
+
+    want = grad_or_none(torch, body, "eager", torch.tensor(X, requires_grad=True), "")
+    assert want is not None
+    got = grad_or_none(flame, body, way, flame.tensor(X, dtype=flame.float64, requires_grad=True), "")
+    same_as_torch(got, want, rtol=1e-12)
