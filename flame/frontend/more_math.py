@@ -701,7 +701,7 @@ def float_power(input, exponent) -> Tensor:  # noqa: A002
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-@saves("result")
+@saves("result", vjp=pointwise_formulas.exp2)
 def exp2(input: Tensor) -> Tensor:  # noqa: A002
     """2 ** input."""
     x = input if input.dtype.is_float else input.float()

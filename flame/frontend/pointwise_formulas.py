@@ -270,3 +270,40 @@ def binary_cross_entropy(b, g, saved, args, given) -> dict:
     denom = b.maximum(b.mul(b.sub(1.0, x), x), float(np.float32(1e-12)))  # (torch's EPSILON, a float)
     return {"input": scaled(b.div(b.mul(g, b.sub(x, t)), denom)),
             "target": scaled(b.mul(b.neg(b.log(b.div(x, b.sub(1.0, x)))), g))}
+
+
+def _evenly_distributed(b, g, saved) -> Value:
+    """evenly_distribute_backward: g / (the number of elements equal to the result) to each of them (to the
+    NaNs where the result is NaN), 0 elsewhere."""
+    x, y = saved["self"], saved["result"]
+    mask = b.logical_or(b.eq(x, y), b.logical_and(b.ne(y, y), b.ne(x, x)))
+    count = b.reduce_sum(b.cast(mask, dtype=g.dtype), axes=list(range(x.type.rank)), keepdim=False)
+    return b.where(mask, b.div(g, count), 0.0)
+
+
+def _paired(b, g, saved, larger: bool) -> dict:
+    """maximum's (larger) or minimum's backward: g to the operand picked, half of it to each at a tie."""
+    x, y = saved["self"], saved["dim"]  # (max(other) passes other where the dim goes)
+    share = b.where(b.eq(x, y), b.div(g, 2.0), g)
+    lost = (b.lt, b.gt) if larger else (b.gt, b.lt)
+    return {"self": b.where(lost[0](x, y), 0.0, share), "dim": b.where(lost[1](x, y), 0.0, share)}
+
+
+def max_of_every_element(b, g, saved, args, given) -> dict | None:
+    """max()'s backward (evenly_distribute_backward), or max(other)'s (maximum's)."""
+    return _paired(b, g, saved, True) if "dim" in saved else {"self": _evenly_distributed(b, g, saved)}
+
+
+def min_of_every_element(b, g, saved, args, given) -> dict | None:
+    """min()'s backward (evenly_distribute_backward), or min(other)'s (minimum's)."""
+    return _paired(b, g, saved, False) if "dim" in saved else {"self": _evenly_distributed(b, g, saved)}
+
+
+def median_of_every_element(b, g, saved, args, given) -> dict:
+    """median()'s and nanmedian()'s backward over every element: evenly_distribute_backward."""
+    return {"self": _evenly_distributed(b, g, saved)}
+
+
+def exp2(b, g, saved, args, given) -> dict:
+    """exp2's backward: g * result * ln 2."""
+    return {"input": b.mul(b.mul(g, saved["result"]), math.log(2.0))}

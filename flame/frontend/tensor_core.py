@@ -12,7 +12,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
-from flame.frontend import autocast, opmath, promotion, torch_formulas
+from flame.frontend import autocast, opmath, pointwise_formulas, promotion, torch_formulas
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.data_writes import DataLink, note_data_link
@@ -396,7 +396,7 @@ class TensorCore:
             return self.to(u8).amin(dim, keepdim).to(boolean)
         return apply("reduce_min", self, axes=reduce_axes(dim, self.ndim, "amin"), keepdim=keepdim)
 
-    @saves(of_every_element)
+    @saves(of_every_element, vjp=pointwise_formulas.max_of_every_element)
     def max(self, dim: int | None = None, keepdim: bool = False):
         """max() of all elements; max(dim) -> (values, indices); max(other): the elementwise maximum."""
         if isinstance(dim, Tensor):
@@ -406,7 +406,7 @@ class TensorCore:
         ranked = self.to(u8) if self.dtype == boolean else self  # bool: the indices of its 0/1 values
         return _picked("max", self, ranked.argmax(dim, keepdim), dim, keepdim)
 
-    @saves(of_every_element)
+    @saves(of_every_element, vjp=pointwise_formulas.min_of_every_element)
     def min(self, dim: int | None = None, keepdim: bool = False):
         """min() of all elements; min(dim) -> (values, indices); min(other): the elementwise minimum."""
         if isinstance(dim, Tensor):

@@ -462,7 +462,7 @@ class TensorMath:
         return KthvalueResult(values, indices)
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-    @saves(of_every_element)
+    @saves(of_every_element, vjp=pointwise_formulas.median_of_every_element)
     def median(self, dim: int | None = None, keepdim: bool = False):
         """The lower median (the ((n + 1) // 2)-th smallest): of every element when dim is None, else
         (values, indices) along dim, as torch.median."""
@@ -491,7 +491,7 @@ class TensorMath:
         first, at_nan = (first, at_nan) if keepdim else (first.squeeze(axis), at_nan.squeeze(axis))
         return MedianResult(where(has, at_nan, r.values), where(has, first, r.indices))
 
-    @saves(of_every_element)
+    @saves(of_every_element, vjp=pointwise_formulas.median_of_every_element)
     def nanmedian(self, dim: int | None = None, keepdim: bool = False):
         """median ignoring NaN, as torch.nanmedian: the lower median of the values that are not NaN (NaN
         where a line holds nothing else); of every element when dim is None, else (values, indices)

@@ -3,7 +3,8 @@ torch_formulas.py): softmax's, log_softmax's, prod's and a norm's result, logsum
 copysign's and cdist's inputs and result, the inputs of var, mse_loss, layer_norm, group_norm, kl_div,
 softplus, huber_loss, smooth_l1_loss, binary_cross_entropy_with_logits, sinc, logaddexp, logaddexp2, fmax,
 xlogy, lerp, addcmul, addcdiv, clamp, clamp_min, clamp_max, log1p, logit, entr, erfcx, log_ndtr, xlog1py, fmin,
-hardtanh, celu, mish, glu, cross, binary_cross_entropy and batch_norm, ndtri's and ldexp's result.
+hardtanh, celu, mish, glu, cross, binary_cross_entropy, batch_norm, max, min, median and nanmedian, ndtri's,
+exp2's and ldexp's result.
 torch's backward reads the new values through its own formula; flame's, which differentiates the composite
 through its ops, takes torch's formula there. A write into the result and into each input (a leaf, and a tensor
 with a history), eagerly, inside @flame.compile, and with the backward outside a compiled forward.
@@ -118,6 +119,13 @@ OPS = {  # name: (operands, the op on lib's tensors)
         x, lib.zeros(4, dtype=lib.float64), lib.ones(4, dtype=lib.float64), w, b, training=True, eps=1e-3)),
     "batch_norm eval": ((GROUPED, W, BIAS), lambda lib, x, w, b: _f(lib).batch_norm(
         x, lib.tensor(BIAS * 0.3, dtype=lib.float64), lib.tensor(W * 0.8, dtype=lib.float64), w, b)),
+    "max of every element": ((X,), lambda lib, x: x.max()),
+    "min of every element": ((X,), lambda lib, x: lib.min(x)),
+    "median of every element": ((X,), lambda lib, x: x.median()),
+    "nanmedian of every element": ((X,), lambda lib, x: x.nanmedian()),
+    "max(other)": ((X, Y), lambda lib, x, y: x.max(y)),
+    "min(other)": ((X, Y), lambda lib, x, y: x.min(y)),
+    "exp2": ((X,), lambda lib, x: lib.exp2(x)),
     "group_norm": ((GROUPED,), lambda lib, x: _f(lib).group_norm(x, 2)),
     "group_norm affine": ((GROUPED, W, BIAS), lambda lib, x, w, b: _f(lib).group_norm(x, 2, w, b, 1e-3)),
 }
