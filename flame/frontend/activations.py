@@ -126,6 +126,35 @@ def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0, 
     return where(x <= 0, neg, x * rnd(scale) if scale != 1 else x)  # a NaN takes the x branch, as torch's backward
 
 
+@saves("result", name="elu", vjp=pointwise_formulas.elu_result)
+@composite
+def elu_from_result(input: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0,  # noqa: A002
+                    grad_scale: float | None = None) -> Tensor:
+    """elu's values (celu's, selu's: _elu's arguments) with the gradient of torch's node of the in-place
+    forms (elu_, celu_, selu_, inplace=True), which saves the result: g * s * (result + alpha * scale) where
+    the result is at most 0, else g * scale (s: the input scale the backward takes, grad_scale or
+    input_scale)."""
+    value = _elu(input, alpha, scale, input_scale)
+    if not float_gradient(input):
+        return value
+    rnd = float if input.dtype == f64 else _f32
+    negcoef = alpha * scale if input.dtype == f64 else _f32(np.float32(alpha) * np.float32(scale))
+    s = rnd(input_scale if grad_scale is None else grad_scale)
+    r = wide(value).detach()
+    return with_derivative(input, value, where(r <= 0, (r + negcoef) * s, rnd(scale)))
+
+
+@saves("result", name="leaky_relu", vjp=pointwise_formulas.leaky_relu_result)
+def leaky_relu_from_result(input: Tensor, negative_slope: float) -> Tensor:  # noqa: A002
+    """leaky_relu's values with the gradient of torch's node of its in-place form (leaky_relu_, rrelu_ when
+    not training), which saves the result: g where the result is positive, else g * negative_slope."""
+    value = input.leaky_relu(negative_slope)
+    if not float_gradient(input):
+        return value
+    r = wide(value).detach()
+    return with_derivative(input, value, where(r > 0, 1.0, ones((), dtype=r.dtype) * negative_slope))  # (r's dtype)
+
+
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 @composite
 def elu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from flame.frontend import activations as A
 from flame.frontend import functional as F
 from flame.frontend.creation import Generator
@@ -36,20 +38,36 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace
     return into(input, inplace, lambda x: A.hardtanh(x, min_val, max_val), "hardtanh")
 
 
+# torch's in-place forms of elu, selu, celu and leaky_relu (and rrelu's when not training) save their result,
+# not their input: their gradient is computed from it (a write into the result after raises at backward)
+
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
-    return into(input, inplace, lambda x: A.elu(x, alpha), "elu")
+    if inplace:
+        A.floating_only("elu", input)
+        return into(input, True, lambda x: A.elu_from_result(x, alpha), "elu")
+    return A.elu(input, alpha)
 
 
 def selu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
-    return into(input, inplace, A.selu, "selu")
+    if inplace:
+        A.floating_only("selu", input)
+        return into(input, True, lambda x: A.elu_from_result(x, A.SELU_ALPHA, A.SELU_SCALE), "selu")
+    return A.selu(input)
 
 
 def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
-    return into(input, inplace, lambda x: A.celu(x, alpha), "celu")
+    if inplace:  # (celu_'s backward takes 1 / alpha in float: activations.celu)
+        A.floating_only("celu", input)
+        scales = (1.0 / alpha, 1.0 / float(np.float32(alpha)))
+        return into(input, True, lambda x: A.elu_from_result(x, alpha, 1.0, *scales), "celu")
+    return A.celu(input, alpha)
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:  # noqa: A002
-    return into(input, inplace, lambda x: F.leaky_relu(x, negative_slope), "leaky_relu")
+    if inplace:
+        A.floating_only("leaky_relu", input)
+        return into(input, True, lambda x: A.leaky_relu_from_result(x, negative_slope), "leaky_relu")
+    return F.leaky_relu(input, negative_slope)
 
 
 def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:  # noqa: A002
@@ -58,6 +76,9 @@ def threshold(input: Tensor, threshold: float, value: float, inplace: bool = Fal
 
 def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,  # noqa: A002
           inplace: bool = False, *, generator: Generator | None = None) -> Tensor:
+    if inplace and not training:  # leaky_relu_ with the mean slope, as torch's
+        A.rrelu(input, lower, upper, training)  # (its checks)
+        return leaky_relu(input, (lower + upper) / 2, True)
     return into(input, inplace, lambda x: A.rrelu(x, lower, upper, training, generator=generator), "rrelu")
 
 

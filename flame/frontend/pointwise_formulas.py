@@ -307,3 +307,19 @@ def median_of_every_element(b, g, saved, args, given) -> dict:
 def exp2(b, g, saved, args, given) -> dict:
     """exp2's backward: g * result * ln 2."""
     return {"input": b.mul(b.mul(g, saved["result"]), math.log(2.0))}
+
+
+def elu_result(b, g, saved, args, given) -> dict:
+    """elu_backward with is_result (torch's in-place elu_, celu_, selu_): g * s * (result + alpha * scale)
+    where the result is at most 0, else g * scale."""
+    r = saved["result"]
+    alpha, scale, s = float(given["alpha"]), float(given["scale"]), given["grad_scale"] or given["input_scale"]
+    negative = b.mul(b.mul(g, float(s)), b.add(r, alpha * scale))
+    return {"input": b.where(b.le(r, 0.0), negative, b.mul(g, scale))}
+
+
+def leaky_relu_result(b, g, saved, args, given) -> dict:
+    """leaky_relu_backward with is_result (torch's leaky_relu_): g where the result is positive, else
+    g * negative_slope."""
+    r = saved["result"]
+    return {"input": b.where(b.gt(r, 0.0), g, b.mul(g, float(given["negative_slope"])))}

@@ -49,6 +49,7 @@ class Softplus(_Elementwise):
 
 class ELU(_Elementwise):
     fn = staticmethod(A.elu)
+    in_place_form = staticmethod(FI.elu)
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__(inplace, alpha=alpha)
@@ -56,6 +57,7 @@ class ELU(_Elementwise):
 
 class CELU(_Elementwise):
     fn = staticmethod(A.celu)
+    in_place_form = staticmethod(FI.celu)
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__(inplace, alpha=alpha)
@@ -63,6 +65,7 @@ class CELU(_Elementwise):
 
 class SELU(_Elementwise):
     fn = staticmethod(A.selu)
+    in_place_form = staticmethod(FI.selu)
 
     def __init__(self, inplace: bool = False):
         super().__init__(inplace)

@@ -280,6 +280,9 @@ class _Elementwise(Module):
     inplace=True (the activations torch gives that argument) the input holds the result, as torch's."""
 
     fn = staticmethod(F.relu)
+    # the function's form taking `inplace` (flame.frontend.activations_inplace), where its in-place node is
+    # torch's other one (elu_'s saves the result): forward calls it with inplace=True
+    in_place_form = None
 
     def __init__(self, inplace: bool = False, **kwargs: Any):
         super().__init__()
@@ -305,6 +308,8 @@ class _Elementwise(Module):
             for name, value in kwargs.items():
                 if is_plain(value):
                     trace.read_attribute(self, name, value)
+        if self.inplace and type(self).in_place_form is not None:
+            return type(self).in_place_form(x, inplace=True, **kwargs)
         if self.inplace:
             return FI.into(x, True, lambda t: fn(t, **kwargs), type(self).__name__)
         return fn(x, **kwargs)
@@ -344,6 +349,7 @@ class Sigmoid(_Elementwise):
 
 class LeakyReLU(_Elementwise):
     fn = staticmethod(F.leaky_relu)
+    in_place_form = staticmethod(FI.leaky_relu)
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__(inplace, negative_slope=negative_slope)
