@@ -728,6 +728,7 @@ def absolute(input: Tensor) -> Tensor:  # noqa: A002
     return input.abs()
 
 
+@saves("input", "result", vjp=pointwise_formulas.sgn)  # (torch's SgnBackward0 saves both; sign's nothing)
 def sgn(input: Tensor) -> Tensor:  # noqa: A002
     """sign (real tensors)."""
     return input.sign()

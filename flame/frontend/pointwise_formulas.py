@@ -323,3 +323,9 @@ def leaky_relu_result(b, g, saved, args, given) -> dict:
     g * negative_slope."""
     r = saved["result"]
     return {"input": b.where(b.gt(r, 0.0), g, b.mul(g, float(given["negative_slope"])))}
+
+
+def sgn(b, g, saved, args, given) -> dict:
+    """sgn's backward of a real tensor: zeros (torch's efficient zero tensor)."""
+    zeros = b.const(0.0, g.dtype, tuple(g.shape))
+    return {"self": zeros, "input": zeros}

@@ -708,6 +708,7 @@ class TensorMath:
     def absolute(self):
         return self.abs()
 
+    @saves("self", "result", vjp=pointwise_formulas.sgn)  # (torch's SgnBackward0 saves both; sign's nothing)
     def sgn(self):
         return self.sign()
 

@@ -9,6 +9,7 @@ because its node saved the tensor written, and their neighbours it lets through,
 - the result of a reduction whose node saves it (max(), min(), median(), nanmedian() over every element,
   amax, logsumexp along a dim, norm, prod), and the input and tensor bounds of clamp;
 - a detach() of the written tensor read by a node: mul's saves it, add's does not (no error, eagerly too);
+- sgn's input and result (its gradient is zeros; sign's node saves nothing);
 - batch_norm's input and weight, and evaluating its running statistics (its own update of them, training,
   is no counted write: a second call before the backward is no error).
 Against torch in float64."""
@@ -92,6 +93,27 @@ def _clamp_by_itself(lib, x):
     y = x * 2
     y.clamp_(min=y)
     return y.sum()
+
+
+def _sgn_then_written(lib, x):  # sgn's node saves its input and result (its gradient is zeros all the same)
+    y = x * 2
+    z = y.sgn() + lib.sgn(y * 1)
+    y.mul_(3)
+    return (z + y).sum()
+
+
+def _sgn_in_place_then_written(lib, x):  # sgn_'s node saves its result
+    y = x * 2
+    y.sgn_()
+    y.mul_(3)
+    return y.sum()
+
+
+def _sign_then_written(lib, x):  # sign's saves nothing
+    y = x * 2
+    z = y.sign()
+    y.mul_(3)
+    return (z + y).sum()
 
 
 def _add_itself(lib, x):  # add saves nothing
@@ -212,7 +234,8 @@ def _reduced(reduce, write, into: str):
 PROGRAMS = {
     **{f.__name__.strip("_"): f for f in (
         _exp_mul_itself, _mul_itself, _imul_itself, _div_itself, _pow_itself, _mul_its_detached,
-        _view_mul_another_view, _addcmul_itself, _addcmul_itself_by_a_constant, _clamp_by_itself, _add_itself,
+        _view_mul_another_view, _addcmul_itself, _addcmul_itself_by_a_constant, _clamp_by_itself, _sgn_then_written,
+        _sgn_in_place_then_written, _sign_then_written, _add_itself,
         _mul_by_a_number, _constant_saved_by_mul, _constant_read_by_add, _detached_read_by_add,
         _detached_read_by_mul)},
     **ATTENTION,
