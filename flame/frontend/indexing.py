@@ -533,7 +533,7 @@ def _write_view(t, new, what: str, fill: bool) -> None:
                             f"\n  at {user_location()}")
     # a write through detach() records no gradient unless the detached tensor takes new's history (owns)
     recorded = owns or not detached and grad_enabled.get() and (base.requires_grad or new.requires_grad)
-    check_writable(t, what, fill and not recorded)  # torch's backward refuses a recorded fill
+    check_writable(t, what, fill and not recorded, fill)  # torch's backward refuses a recorded fill (of expand)
     old = stand_in(base, new)
     flat = flat_positions(t)
     merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)

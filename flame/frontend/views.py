@@ -168,12 +168,41 @@ def check_not_strided_copy(t: Tensor, what: str) -> None:
                             f"{user_location()}")
 
 
-def check_writable(t: Tensor, what: str, fill: bool) -> None:
+def check_writable(t: Tensor, what: str, fill: bool, one_value: bool | None = None) -> None:
     """Refuse a write into a view whose elements share memory (expand), as PyTorch does, unless it is a
     fill (fill_, zero_, masked_fill_ or item assignment of a number: the same value wherever elements
-    share a location, which PyTorch writes too)."""
+    share a location, which PyTorch writes too). Into one whose windows overlap (unfold with a step
+    below its size, as_strided), PyTorch writes each element in its kernel's order, a shared location
+    taking the op once per element that reaches it (x.unfold(1, 3, 2).mul_(2) doubles it twice): flame,
+    which writes each location once, refuses it too, with its own message, unless the write puts one value
+    everywhere (`one_value`: a fill, recorded or not; `fill` by default)."""
     if not fill and overlapping(t):
         raise overlap_error(what)
+    if not (fill if one_value is None else one_value) and t._base is not None and t.numel() > 1 \
+            and _windows_overlap(t):
+        raise OverlapError(f"{what}: more than one element of the written-to tensor refers to a single memory "
+                           f"location (overlapping windows of unfold or as_strided): torch computes the write "
+                           f"element by element in its kernel's order, which flame does not reproduce. Write "
+                           f"into a clone(), or into the base\n  at {user_location()}")
+
+
+def _windows_overlap(t: Tensor) -> bool:
+    """Two of t's elements (a view with no stride of 0) share a memory location. Dims ordered by stride, each
+    stride past the span of the smaller ones leaves none (the common case, answered without enumerating)."""
+    shape, steps = (t._data.shape, [s // t._data.itemsize for s in t._data.strides]) if t._value is None \
+        else _layout(t)
+    dims = sorted((abs(s), n) for n, s in zip(shape, steps) if n > 1)
+    span = 0
+    for s, n in dims:
+        if s <= span:
+            break
+        span += (n - 1) * s
+    else:
+        return False
+    offsets = np.zeros((), dtype=np.int64)
+    for n, s in zip(shape, steps):
+        offsets = np.add.outer(offsets, np.arange(n, dtype=np.int64) * s)
+    return np.unique(offsets).size < offsets.size
 
 
 # ---- a write's inputs that share its destination's memory (PyTorch's assert_no_partial_overlap) ----------

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import flame
-from tests.frontend.backward_ways import WAYS, grad_or_none, same_as_torch
+from tests.frontend.backward_ways import WAYS, grad_or_none, run_backward, same_as_torch
 
 X = np.random.default_rng(0).uniform(0.2, 0.9, (4, 6))
 VIEWS = {
@@ -119,5 +119,59 @@ def test_a_write_into_the_base_leaves_a_copy_a_view_op_made_as_it_was(copy, late
 
     want = grad_or_none(torch, body, "eager", torch.tensor(X, requires_grad=True), "")
     assert want is not None
+    got = grad_or_none(flame, body, way, flame.tensor(X, dtype=flame.float64, requires_grad=True), "")
+    same_as_torch(got, want, rtol=1e-12)
+
+
+OVERLAPPING = {  # views two of whose elements share a location (no stride of 0)
+    "unfold with a step below its size": lambda y: y.unfold(1, 3, 2),
+    "as_strided windows": lambda y: y.as_strided((3, 3), (1, 1)),
+}
+
+
+def _no_grad_write(lib, v):
+    with lib.no_grad():
+        v.mul_(2)
+
+
+OVERLAP_WRITES = {
+    "mul_": lambda lib, v: v.mul_(2),
+    "add_ under no_grad": _no_grad_write,
+    "copy_": lambda lib, v: v.copy_(v.detach() * 0 + 0.5),
+}
+FILLS = {"zero_": lambda lib, v: v.zero_(), "fill_": lambda lib, v: v.fill_(0.25)}
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("write", list(OVERLAP_WRITES))
+@pytest.mark.parametrize("view", list(OVERLAPPING))
+def test_a_computed_write_into_overlapping_windows_is_refused(view, write, way):
+    """torch writes such a view element by element, a shared location taking the op once per element that
+    reaches it (0.3 doubled twice: 1.2); flame wrote each location once (0.6), with another gradient. It
+    raises flame's OverlapError naming the line instead."""
+
+    def body(lib, x):
+        y = x * 1
+        OVERLAP_WRITES[write](lib, OVERLAPPING[view](y))
+        return (y * y.detach()).sum()
+
+    torch_y = torch.tensor(X, requires_grad=True) * 1
+    _no_grad_write(torch, torch_y.detach().unfold(1, 3, 2))  # (the oracle: torch computes it, twice over)
+    assert torch_y[0, 2].item() == pytest.approx(X[0, 2] * 4)
+    with pytest.raises(flame.errors.OverlapError, match="refers to a single memory location") as e:
+        run_backward(flame, body, flame.tensor(X, dtype=flame.float64, requires_grad=True), way)
+    assert "test_inplace_views_like_torch.py" in str(e.value)
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("fill", list(FILLS))
+@pytest.mark.parametrize("view", list(OVERLAPPING))
+def test_a_fill_of_overlapping_windows_is_torchs(view, fill, way):
+    def body(lib, x):
+        y = x * 1
+        FILLS[fill](lib, OVERLAPPING[view](y))
+        return (y * y.detach()).sum()
+
+    want = grad_or_none(torch, body, "eager", torch.tensor(X, requires_grad=True), "")
     got = grad_or_none(flame, body, way, flame.tensor(X, dtype=flame.float64, requires_grad=True), "")
     same_as_torch(got, want, rtol=1e-12)
