@@ -219,9 +219,9 @@ class TensorShapes:
             return self.reshape(1)
         n = (length - size) // step + 1
         base = self._base if self._base is not None else self
-        if (self._base is None or not self.requires_grad) and _flat_storage(base) \
-                and not any(opdef.view is None for opdef, _, _ in self._chain):
-            # torch's view: the windows as the storage read at self's strides (a write into it reaches self)
+        if (self._base is None or not self.requires_grad) and _flat_storage(base):
+            # torch's view: the windows as the storage read at self's strides (a write into it reaches self;
+            # through detach() or .data, as_strided's view of the storage through them)
             st = views.strides(self)
             off = views.storage_offset(self) - (views.storage_offset(base) if self._value is None else 0)
             return as_strided(self, (*self.shape[:d], n, *self.shape[d + 1:], size),
