@@ -14,7 +14,11 @@ Eagerly such a write leaves the tensor's old history in a stand-in (indexing.sta
 which the nodes recorded before the write read in flame's recomputing backward, and which the write's own
 node reads itself. The stand-in is marked here (`mark`); autograd._rebuild asks `refuse` of each node it
 runs, which raises torch's error where that node, recorded before the write, has a VJP that reads a marked
-stand-in: as an input, or as its result; or an input that is a view of a tensor written since.
+stand-in: as an input, or as its result; or an input that is a view of a tensor written since. An in-place
+op written into a view (`y[0].exp_()`) leaves its result in its base's storage, which torch's node saved as
+the view, sharing the base's counter: the result is noted against the base (`note_result`), and a later
+counted write into the base or any view of it marks it too (`mark_storage`, eagerly and while tracing); a
+write through `.data` has its node read it as the storage then holds it (`read_storage_live`).
 
 While tracing, the write rebinds the tensor to a new value, and the ops recorded before it read the old
 one, which `mark` adds to the trace's `counted` values with the number of ops recorded before the write
