@@ -126,7 +126,6 @@ def clamp(b, g, saved, args, given) -> dict:
     return got
 
 
-
 def log1p(b, g, saved, args, given) -> dict:
     """log1p_backward: g / (self + 1)."""
     return {"self": b.div(g, b.add(saved["self"], 1.0))}
@@ -169,8 +168,10 @@ def xlog1py(b, g, saved, args, given) -> dict:
     x = saved["input"] if "input" in saved else b.const(float(given["input"]), g.dtype)
     y = saved["other"] if "other" in saved else b.const(float(given["other"]), g.dtype)
     glog = b.where(b.logical_and(b.eq(g, 0.0), b.eq(y, y)), 0.0, b.mul(g, b.log(b.add(y, 1.0))))
-    return {"input": b.where(b.logical_and(b.eq(x, 0.0), b.le(y, -1.0)), 0.0, glog),
-            "other": b.div(b.mul(g, x), b.add(y, 1.0))}
+    return {
+        "input": b.where(b.logical_and(b.eq(x, 0.0), b.le(y, -1.0)), 0.0, glog),
+        "other": b.div(b.mul(g, x), b.add(y, 1.0)),
+    }
 
 
 def fmin(b, g, saved, args, given) -> dict:
@@ -208,8 +209,12 @@ def _halves(b, x: Value, axis: int) -> tuple[Value, Value]:
     n, rank = x.shape[axis] // 2, x.type.rank
 
     def part(start: int) -> Value:
-        return b.slice(x, starts=[start if a == axis else 0 for a in range(rank)],
-                       stops=[start + n if a == axis else m for a, m in enumerate(x.shape)], steps=[1] * rank)
+        return b.slice(
+            x,
+            starts=[start if a == axis else 0 for a in range(rank)],
+            stops=[start + n if a == axis else m for a, m in enumerate(x.shape)],
+            steps=[1] * rank,
+        )
 
     return part(0), part(n)
 
@@ -232,8 +237,12 @@ def cross_saved(given: dict) -> tuple:
 
 def _component(b, x: Value, axis: int, k: int) -> Value:
     rank = x.type.rank
-    return b.slice(x, starts=[k if a == axis else 0 for a in range(rank)],
-                   stops=[k + 1 if a == axis else m for a, m in enumerate(x.shape)], steps=[1] * rank)
+    return b.slice(
+        x,
+        starts=[k if a == axis else 0 for a in range(rank)],
+        stops=[k + 1 if a == axis else m for a, m in enumerate(x.shape)],
+        steps=[1] * rank,
+    )
 
 
 def _cross(b, u: Value, v: Value, axis: int) -> Value:
@@ -268,8 +277,10 @@ def binary_cross_entropy(b, g, saved, args, given) -> dict:
         return b.div(v, float(math.prod(x.shape) or 1)) if given["reduction"] == "mean" else v
 
     denom = b.maximum(b.mul(b.sub(1.0, x), x), float(np.float32(1e-12)))  # (torch's EPSILON, a float)
-    return {"input": scaled(b.div(b.mul(g, b.sub(x, t)), denom)),
-            "target": scaled(b.mul(b.neg(b.log(b.div(x, b.sub(1.0, x)))), g))}
+    return {
+        "input": scaled(b.div(b.mul(g, b.sub(x, t)), denom)),
+        "target": scaled(b.mul(b.neg(b.log(b.div(x, b.sub(1.0, x)))), g)),
+    }
 
 
 def _evenly_distributed(b, g, saved) -> Value:
