@@ -21,7 +21,7 @@ in 39.7-44.5 us against 34.9:
   kernel-wide alignment check picks a same-order element-by-element copy of the row loop otherwise);
   registers hold the row in its storage type; the threads per row G (codegen/row_threads.py) are, for
   rows of at most 16 vectors with no column sums, the fewest that give each a vector (several rows
-  to a warp, shuffles among a row's lanes: Config.sub_warp_rows), else the fewest (a warp first:
+  to a warp, shuffles among a row's lanes: Config.sub_warp_rows, off by default), else the fewest (a warp first:
   shuffles only, no barrier, 8 rows per block) at which the held data fits Config.row_regs
   registers, or, with column sums only, the fewest (4, 8 or 16) whose one vector each covers the row
   (resnet_block_train's BatchNorm statistics [262144 rows x 128] bf16 on an H100: 16 threads per
