@@ -96,7 +96,7 @@ def read_storage_live(t, trace=None) -> None:
     for new, view in _RESULTS.get(root, ()):
         if trace is None:
             mark_live(new, view)
-        else:
+        elif new._value is None or new._trace is trace:  # a result of an earlier call's trace is no node of this one
             trace.data_written.setdefault(trace.value_of(new), (view, False))
 
 
