@@ -17,10 +17,9 @@ FEW_ROWS_VECTORS = 2  # "new", fewer rows than multiprocessors: at most this man
 STREAM_VECTORS = 4
 
 
-
 def old_threads(R: int) -> int:
+    """"old": a warp per row of up to 256 elements, else a block of 128, 512 or 1024 threads by R."""
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
-
 
 
 def new_threads(make, config: Config, few: bool = False) -> tuple[int, list]:
