@@ -143,6 +143,9 @@ def _fields(op: Op) -> dict:
         BH=math.prod(q.shape[:-2]),
         lead=list(q.shape[:-2]),
         scale=cuda_c.literal(op.attrs["scale"], f32),
+        # the tensor-core forward's whole tiles: exp(x - max) as 2^(s * scale * log2 e - shift) by one fused
+        # multiply-add, the max taken of the raw products (a positive scale keeps their order)
+        scale_log2=cuda_c.literal(op.attrs["scale"] * math.log2(math.e), f32) if op.attrs["scale"] > 0 else "",
         causal=op.attrs["is_causal"],
         band_lo=lo,
         band_hi=hi,
