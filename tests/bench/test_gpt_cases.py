@@ -41,4 +41,5 @@ def test_peak_memory_is_measured_on_the_gpu():
     # the pool's growth can be below the peak in use: blocks freed by earlier work in this process are reused
     assert 0 < f["peak_memory_bytes"] and f["pool_total_peak_bytes"] >= 0 and "CuPy" in f["peak_memory_how"]
     if t.get("device") == "cuda":
-        assert t["peak_memory_bytes"] > 0 and t["reserved_peak_bytes"] >= t["peak_memory_bytes"]
+        # both are growths over what the process held before: torch's reserve may already hold free blocks
+        assert t["peak_memory_bytes"] > 0 and t["reserved_peak_bytes"] >= 0

@@ -27,7 +27,7 @@ from tests.passes.conftest import random_array
 from tests.passes.fuse_cases import cross_entropy_bf16
 
 OLD, NEW = Config(rows_schedule="old"), Config(rows_schedule="new")
-SUB = Config(rows_schedule="new", sub_warp_rows=True)
+SUB, NO_SUB = Config(rows_schedule="new", sub_warp_rows=True), Config(rows_schedule="new", sub_warp_rows=False)
 SMALL_CACHE = Target(row_cache=1024)
 
 
@@ -81,7 +81,7 @@ CASES = {
     # 9 rows of 3 vectors: not whole warps of 4-lane rows (a warp's lanes all reach its shuffles), so a warp each
     "shorter_than_warp_bf16": (_graph(_softmax, (9, 24), bf16), NEW, None,
                                ["32 threads per row", "flame_vec<__nv_bfloat16, 8>", "1 value(s) carried"]),
-    # rows of at most 16 vectors, whole warps of them: several rows to a warp (Config.sub_warp_rows, off by
+    # rows of at most 16 vectors, whole warps of them: several rows to a warp (Config.sub_warp_rows, on by
     # default), the totals folded by shuffles among each row's lanes
     "sub_warp_rows": (_graph(_softmax, (64, 128), bf16), SUB, None,
                       ["16 threads per row, 16 rows per block", "for (int d = 8; d > 0;", ", 0, 16);"]),
@@ -91,7 +91,7 @@ CASES = {
                                 ["2 threads per row, 128 rows per block", "8-element vectors", ", 0, 2);"]),
     "sub_warp_rows_one_lane": (_graph(_softmax, (256, 8), bf16), SUB, None,
                                ["1 threads per row, 256 rows per block", "8-element vectors"]),
-    "sub_warp_rows_off": (_graph(_softmax, (64, 128), bf16), NEW, None, ["32 threads per row, 8 rows per block"]),
+    "sub_warp_rows_off": (_graph(_softmax, (64, 128), bf16), NO_SUB, None, ["32 threads per row, 8 rows per block"]),
     "softmax_carry": (_graph(_softmax, (8, 1000), bf16), NEW, None, ["y0[j * 8 + v]", "1 value(s) carried"]),
     "softmax_no_carry": (_graph(_softmax, (8, 1000), bf16), Config(rows_schedule="new", row_carry=False), None,
                          ["8-element vectors, 3 passes over the row)"]),
