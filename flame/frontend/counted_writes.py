@@ -30,6 +30,7 @@ whose backward runs outside keeps, per result, the op a backward from it would r
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 from flame._identity import ByIdentity
@@ -72,7 +73,16 @@ def note_result(t: Tensor, new: Tensor) -> None:
     of it changes what that node saved (mark_storage). flame's view is derived again from its base, so the
     node's result is new alone."""
     root = t._base if t._base is not None else t
-    _RESULTS[root] = (*_RESULTS.get(root, ()), (new, t))
+    # eagerly held weakly: a result nothing holds any more is in no node a backward can reach, so a long-lived
+    # tensor written through views step after step keeps no earlier step's results; while tracing, the trace's
+    # graph holds the result's value, not the tensor, so it is held strongly
+    held = weakref.ref(new) if new._value is None else (lambda: new)
+    _RESULTS[root] = (*((ref, view) for ref, view in _RESULTS.get(root, ()) if ref() is not None), (held, t))
+
+
+def _results(root) -> list[tuple[Tensor, Tensor]]:
+    """The (result, view) pairs note_result kept for root whose result is alive."""
+    return [(new, view) for ref, view in _RESULTS.get(root, ()) if (new := ref()) is not None]
 
 
 def mark_storage(t, trace=None) -> None:
@@ -80,8 +90,8 @@ def mark_storage(t, trace=None) -> None:
     of the in-place ops written into views of it before (note_result) are marked, as torch's version
     counter of the storage moves on under the nodes that saved them."""
     root = t._base if t._base is not None else t
-    results = _RESULTS.get(root, ())
-    if results:
+    results = _results(root)
+    if _RESULTS.get(root):
         _RESULTS[root] = ()
         for new, _ in results:
             mark(new, trace)
@@ -93,7 +103,7 @@ def read_storage_live(t, trace=None) -> None:
     node reads its saved output's storage (data_writes.py): eagerly marked live, while tracing each
     result's value is replaced by its view's value then (Trace.data_written)."""
     root = t._base if t._base is not None else t
-    for new, view in _RESULTS.get(root, ()):
+    for new, view in _results(root):
         if trace is None:
             mark_live(new, view)
         elif new._value is None or new._trace is trace:  # a result of an earlier call's trace is no node of this one

@@ -154,3 +154,22 @@ def test_a_value_computed_from_a_detached_alias_written_through_data_is_refused_
         else:
             fbody(fx, fy)
             np.testing.assert_allclose(fx.grad.numpy(), want, rtol=1e-12)
+
+
+def test_in_place_writes_through_views_keep_no_earlier_results():
+    """A buffer written through a view step after step (a counter, a queue) keeps none of the earlier steps'
+    in-place results alive: only results some node can still reach are noted against its storage."""
+    import gc
+
+    from flame.frontend import counted_writes
+
+    buf, w = flame.zeros(4, 3), flame.ones(3, requires_grad=True)
+    for _ in range(20):
+        buf[0].add_(1.0)
+        buf[1].mul_(w.detach())
+    gc.collect()
+    assert len(counted_writes._results(buf)) == 0
+    np.testing.assert_array_equal(buf.numpy()[0], np.full(3, 20.0))
+    y = w * 2  # a result a node still holds stays noted: a later counted write into its base is torch's error
+    y[0].exp_()
+    assert len(counted_writes._results(y)) == 1
