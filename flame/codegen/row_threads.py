@@ -8,6 +8,7 @@ kernel's row segments (fused_rows._RowSegment) at G threads per row."""
 from __future__ import annotations
 
 from flame.codegen.kernel import Config, sub_warp_rows
+from flame.ir import symbolic
 
 _THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)  # "new": threads per row, fewest first
 FEW_ROWS_VECTORS = 2  # "new", fewer rows than multiprocessors: at most this many vectors per thread
@@ -88,6 +89,10 @@ def narrow_threads(make) -> tuple[int, list] | None:
     return (G, parts) if all(p.cached for p in parts) else None
 
 
+def _static(n) -> bool:
+    return isinstance(n, int) and not isinstance(n, symbolic.SymInt)
+
+
 def sub_warp_threads(make, carry: bool = True) -> tuple[int, list] | None:
     """"new", rows of at most 16 vectors with no column sums: (G, the segments at G), G the fewest
     threads, a power of two below 32, that cover the row with one vector each, so a warp works on 32 / G
@@ -97,7 +102,9 @@ def sub_warp_threads(make, carry: bool = True) -> tuple[int, list] | None:
     where a segment's rows are not whole warps' worth (a warp's lanes must all reach its shuffles) or
     the row is not held in registers."""
     parts = make(32, carry)
-    if any(p.columns or p.P > 1 or not isinstance(p.M, int) or not isinstance(p.CH, int) for p in parts):
+    # a size that is a kernel parameter (a dynamic batch) takes a warp per row: whether its rows are whole
+    # warps' worth would depend on the size, and every size of its class runs the one kernel
+    if any(p.columns or p.P > 1 or not _static(p.M) or not _static(p.CH) for p in parts):
         return None
     need = max(-(-p.CH // p.V) for p in parts)  # vectors per row
     G = next((g for g in (1, 2, 4, 8, 16) if g >= need), 0)
