@@ -31,7 +31,7 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel, write_hook
 from flame.frontend.counted_writes import mark as mark_counted
-from flame.frontend.counted_writes import mark_storage, read_storage_live
+from flame.frontend.counted_writes import mark_storage, note_result, read_storage_live
 from flame.frontend.creation import arange
 from flame.frontend.data_writes import count_write_through, mark_live, through_data
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
@@ -535,14 +535,17 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     recorded = owns or not detached and grad_enabled.get() and (base.requires_grad or new.requires_grad)
     check_writable(t, what, fill and not recorded, fill)  # torch's backward refuses a recorded fill (of expand)
     old = stand_in(base, new)
-    flat = flat_positions(t)
-    merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)
+    if all(opdef.view is None for opdef, _, _ in t._chain):  # through detach() or .data alone: all of the base
+        merged = new
+    else:
+        merged = apply("scatter", old.reshape(-1), flat_positions(t), new.reshape(-1), axis=0).reshape(base.shape)
     if traced:
         untracked = detached or not grad_enabled.get()
         if untracked:
             if through_data(t):  # the backward's VJPs read the base as it is then (data_writes.py)
                 trace.data_written[trace.value_of(old)] = (base, False)
                 read_storage_live(base, trace)
+                note_result(base, Tensor._traced(trace.value_of(old), trace))  # (as _untracked's, eagerly)
                 count_write_through(t, trace)
             merged = _keeping_history(trace, old, merged, counted=not through_data(t))
         if not untracked:  # what the ops recorded before saved of the base or of t raises at backward
@@ -601,6 +604,9 @@ def _untracked(t, write_it, live: bool = False) -> None:
     if live:
         mark_live(old, t)
         read_storage_live(t)
+        # the storage's version counter is one: a counted write into it later (t.mul_(2)) changes what the
+        # nodes recorded before this write saved of t, as torch's (mark_storage)
+        note_result(t, old)
     else:  # a write torch counts (detach(), no_grad): a node that saved the old value raises at backward
         mark_counted(old)
         mark_storage(t)
