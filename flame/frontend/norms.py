@@ -90,7 +90,10 @@ def normalized_groups(input: Tensor, num_groups: int, weight: Tensor | None = No
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-@saves(torch_formulas.batch_norm_saved, vjp=torch_formulas.batch_norm)
+# torch's NativeBatchNormBackward0 saves the running statistics training too (where its backward reads the
+# batch's): its kernel updates them without counting a version, as _update_running's, so a write of the
+# user's into them after the call raises at backward, and a second call before it does not
+@saves("input", "weight", "running_mean", "running_var", vjp=torch_formulas.batch_norm)
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
                weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
                momentum: float | Tensor = 0.1, eps: float = 1e-5) -> Tensor:
@@ -170,7 +173,7 @@ def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps,
     if bias is not None:
         shift = shift + bias.reshape(*per_channel).to(acc.dtype)
     if running_mean is not None and running_var is not None:
-        _update_running(running_mean, running_var, mean, var, momentum, count)
+        _update_running(running_mean, running_var, mean, var, momentum, count, counted=False)
     return (dev * scale + shift).to(x.dtype)
 
 
@@ -214,16 +217,20 @@ def _across(gather, mean: Tensor, var: Tensor, dev: Tensor, count: int, per_chan
     return mu.reshape(*per_channel), (m2 / total).reshape(*per_channel), dev - shift, total.detach()
 
 
-def _update_running(running_mean, running_var, mu, var, momentum, count) -> None:
+def _update_running(running_mean, running_var, mu, var, momentum, count, counted: bool = True) -> None:
     """running = (1 - momentum) * running + momentum * batch, in place (an aliased state output when
-    traced); the variance is the unbiased one, as PyTorch's."""
+    traced); the variance is the unbiased one, as PyTorch's. counted=False: a write torch's version counter
+    does not count, as its batch_norm kernels' own update of the statistics (through `.data`): the node of
+    an earlier call that saved them (batch_norm's @saves) still finds them as it saved them, and a write of the
+    user's into them after the call is one that raises at its backward, as torch's."""
     c = running_mean.shape[0]
     with no_grad():
         m = momentum.to(running_mean.dtype) if isinstance(momentum, Tensor) else float(momentum)
         batch_mean = mu.detach().reshape(c).to(running_mean.dtype)
         batch_var = (var.detach().reshape(c) * (count / (count - 1))).to(running_var.dtype)
-        running_mean.copy_(running_mean * (1 - m) + batch_mean * m)
-        running_var.copy_(running_var * (1 - m) + batch_var * m)
+        new_mean, new_var = running_mean * (1 - m) + batch_mean * m, running_var * (1 - m) + batch_var * m
+        (running_mean if counted else running_mean.data).copy_(new_mean)
+        (running_var if counted else running_var.data).copy_(new_var)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype

@@ -391,16 +391,6 @@ def group_norm(b, g, saved, args, given) -> dict:
     return got
 
 
-
-
-def batch_norm_saved(given: dict) -> tuple:
-    """What torch's NativeBatchNormBackward0 saves that flame checks: the input and weight, and evaluating
-    the running statistics. (Training, it saves them too, but its kernel updates them without counting a
-    version, where flame's update is a counted write, which would refuse a second call of the module
-    before the backward: so flame lets a write of the user's into them after a training call through,
-    where torch refuses it.)"""
-    return ("input", "weight") if given.get("training") else ("input", "weight", "running_mean", "running_var")
-
 def batch_norm(b, g, saved, args, given) -> dict:
     """native_batch_norm_backward on the saved input, weight and running statistics: training, with the
     batch's mean and 1/std the forward computed (of the input as it read it), (g - mean(g) - (x - mean)
