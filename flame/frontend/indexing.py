@@ -43,6 +43,7 @@ from flame.frontend.tensor_core import full
 from flame.frontend.views import (
     bump,
     check_not_strided_copy,
+    check_one_of_several,
     check_overlap,
     check_writable,
     mark_strided_copy,
@@ -504,6 +505,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     # a recorded write into the detached tensor itself: it takes the write's history, as torch's (its base
     # takes the values only)
     owns = detached and grad_enabled.get() and new.requires_grad
+    if grad_enabled.get() and (t.requires_grad or new.requires_grad):
+        check_one_of_several(t, what)  # torch's first check: `x.split(2)[0].add_(1)`
     if grad_enabled.get() and t.requires_grad:  # torch's checks, before any other of the write's
         if detached and _leaf(t, trace):  # `x.detach().requires_grad_()`: a leaf of its own
             raise AutogradError(f"{what}: a leaf Variable that requires grad is being used in an in-place operation "

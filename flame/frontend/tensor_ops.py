@@ -623,9 +623,9 @@ class TensorOps:
         return self.narrow(axis, index % n, 1).squeeze(axis)
 
     def unbind(self, dim: int = 0):
-        """Every slice along dim, that dim removed, as a tuple (torch.unbind)."""
+        """Every slice along dim, that dim removed, as a tuple (torch.unbind): views, as split's."""
         axis = dim_index("unbind", dim, self.ndim)
-        return tuple(self.select(axis, i) for i in range(self.shape[axis]))
+        return views.several_views(tuple(self.select(axis, i) for i in range(self.shape[axis])), "unbind")
 
     @views.new_tensor
     def roll(self, shifts, dims=None):

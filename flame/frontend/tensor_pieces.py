@@ -10,6 +10,7 @@ import numpy as np
 from flame.errors import ArgumentTypeError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.tensor import Tensor, dim_index, int_arg
+from flame.frontend.views import several_views
 
 
 class TensorPieces:
@@ -18,7 +19,13 @@ class TensorPieces:
     __slots__ = ()
 
     def split(self, split_size, dim: int = 0):
-        """Pieces of split_size along dim (the last one smaller), or of the listed sizes."""
+        """Pieces of split_size along dim (the last one smaller), or of the listed sizes: views, which
+        may not be written in place while the write records a gradient, as torch's (views.several_views)."""
+        call = "split" if isinstance(int_arg(split_size), (int, np.integer)) else "split_with_sizes"
+        return several_views(self._split(split_size, dim), call)
+
+    def _split(self, split_size, dim: int = 0):
+        """split's pieces, not marked (torch.unsafe_split's)."""
         split_size_or_sections = int_arg(split_size)
         axis = dim_index("split", dim, self.ndim)
         n = self.shape[axis]
@@ -78,7 +85,11 @@ class TensorPieces:
         return self.flip(0)
 
     def chunk(self, chunks: int, dim: int = 0):
-        """At most `chunks` pieces of ceil(n / chunks) along dim (PyTorch's torch.chunk)."""
+        """At most `chunks` pieces of ceil(n / chunks) along dim (PyTorch's torch.chunk): views, as split's."""
+        return several_views(self._chunk(chunks, dim), "split")
+
+    def _chunk(self, chunks: int, dim: int = 0):
+        """chunk's pieces, not marked (torch.unsafe_chunk's)."""
         chunks = int_arg(chunks)
         if chunks <= 0:
             raise ShapeError(f"chunk: chunks must be positive, got {chunks}\n  at {user_location()}")
@@ -87,4 +98,4 @@ class TensorPieces:
         n = self.shape[dim_index("chunk", dim, self.ndim)]
         if n == 0:
             return tuple(self for _ in range(chunks))
-        return self.split(-(-n // chunks), dim)
+        return self._split(-(-n // chunks), dim)

@@ -78,15 +78,15 @@ def split_with_sizes(input: Tensor, split_sizes, dim: int = 0) -> tuple[Tensor, 
 
 def unsafe_split(input: Tensor, split_size: int, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
     """torch.unsafe_split: torch.split whose pieces are not checked for later in-place writes."""
-    return tuple(input.split(split_size, dim))
+    return tuple(input._split(split_size, dim))
 
 
 def unsafe_split_with_sizes(input: Tensor, split_sizes, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
-    return split_with_sizes(input, split_sizes, dim)
+    return tuple(input._split(list(split_sizes), dim))
 
 
 def unsafe_chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
-    return tuple(input.chunk(chunks, dim))
+    return tuple(input._chunk(chunks, dim))
 
 
 def index_reduce(input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,  # noqa: A002
@@ -304,7 +304,7 @@ class TensorShapes:
         return unsafe_split(self, split_size, dim)
 
     def unsafe_split_with_sizes(self, split_sizes, dim: int = 0):
-        return split_with_sizes(self, split_sizes, dim)
+        return unsafe_split_with_sizes(self, split_sizes, dim)
 
     def unsafe_chunk(self, chunks: int, dim: int = 0):
         return unsafe_chunk(self, chunks, dim)

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from flame._identity import ByIdentity
-from flame.errors import FlameError, OverlapError, ViewError
+from flame.errors import AutogradError, FlameError, OverlapError, ViewError
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import is_ml_dtype
@@ -60,11 +60,39 @@ def moved_since(t: Tensor, ver: int) -> bool:
 
 def link(out: Tensor, src: Tensor, opdef, attrs: dict) -> None:
     """Make out a view of src's base: it shares the base's version counter and remembers how it was
-    reached from the base."""
+    reached from the base (and, where src is one of several views a call returned, that: several_views)."""
     base = src._base if src._base is not None else src
     out._base, out._vc, out._seen = base, base._vc, version(base)
     out._chain = src._chain + ((opdef, attrs, out.shape),)
     out._inference = base._inference  # a view is an inference tensor where its base is, as torch's
+    if opdef.view is not None and src in _SEVERAL:  # (not through detach() or .data: torch's are views of no call)
+        _SEVERAL[out] = _SEVERAL.get(src)
+
+
+_SEVERAL = ByIdentity()  # a view one of several a call returned, or a view of one -> (the call, the output's index)
+
+
+def several_views(outs: tuple, call: str) -> tuple:
+    """outs, the views one call returned (split, chunk, unbind: torch's node of several outputs, whose
+    views, and views of them, may not be written in place while the write records a gradient:
+    check_one_of_several)."""
+    for k, o in enumerate(outs):
+        if o._base is not None:
+            _SEVERAL[o] = (call, k)
+    return outs
+
+
+def check_one_of_several(t: Tensor, what: str) -> None:
+    """Refuse an in-place write that records a gradient into t where t is one of several views a call
+    returned (or a view of one), with torch's error (its check comes before any other of the write's)."""
+    got = _SEVERAL.get(t)
+    if got is not None:
+        call, k = got
+        raise AutogradError(f"{what}: output {k} of {call} (or a view of it) is a view and is being modified in place. "
+                        f"This view is the output of a function that returns multiple views. Such functions do "
+                        f"not allow the output views to be modified in place: replace the in-place op by an "
+                        f"out-of-place one (or write under `with flame.no_grad():`, or into a clone)"
+                        f"\n  at {user_location()}")
 
 
 def stale(x: Tensor) -> bool:
