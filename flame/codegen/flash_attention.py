@@ -162,6 +162,7 @@ def _fields(op: Op) -> dict:
         # the tensor-core forward's m16 tiles of query rows per warp (its block: 64 * MT rows)
         MT=2 if dim == 64 and q.dtype.name in ("f16", "bf16") else 1,
         s_round="X",
+        q_regs=True,  # the forward keeps its Q fragments in registers
         pipeline=flash_pipeline() and q.dtype.name in ("f16", "bf16"),
     )
     if mod is not None:
@@ -248,6 +249,10 @@ def lower_forward(op: Op, with_stats: bool, arch: str = "") -> list[Kernel]:
         fields.update(WGS=WGMMA_GROUPS, BN=WGMMA_BN, arch_specific=ARCH_SPECIFIC)
         smem, smem_bytes, block, block_rows = {}, _wgmma_shared_bytes(), 128 * WGMMA_GROUPS, 64 * WGMMA_GROUPS
     else:
+        if mma and fields["D"] == 64 and fields["pipeline"]:
+            # key tiles of 128: half the per-tile work (the rescale of O, the max's shuffles, the barrier) per
+            # key; S's 128 accumulators take the registers of Q's fragments, read from shared memory instead
+            fields.update(BN=128, q_regs=False)
         smem, smem_bytes = _forward_shared(fields) if fields["pipeline"] else ({}, 0)
         block, block_rows = 128 if mma else 64, 64 * fields["MT"]
     source = _render(

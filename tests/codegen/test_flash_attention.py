@@ -132,7 +132,9 @@ def test_the_pipelined_form_is_the_default_and_a_setting(dim, monkeypatch):
     row = (dim + 8) * 2
     bn = 64 if dim == 64 else 32
     rows = 128 if dim == 64 else 64  # the forward's query rows: 2 m tiles per warp at head dim 64
-    assert forward.smem == rows * row + 4 * bn * row  # Q, two K and two V tiles
+    # Q, two K and two V tiles: of 128 keys at head dim 64 (Q's fragments read from shared memory per tile)
+    assert forward.smem == rows * row + 4 * (128 if dim == 64 else bn) * row
+    assert ("unsigned qf[MT]" in forward.source) == (dim != 64)
     # K, V, 2 Q, 2 dO, dS^T, 2 LSE, 2 Delta (the f32 dQ rows are staged in the tile's Q and dO buffers)
     assert main.smem == 6 * bn * row + bn * (bn + 8) * 2 + 4 * bn * 4
     assert prep.smem == dq.smem == 0 and forward.name != synchronous[0].name  # another source, another name
