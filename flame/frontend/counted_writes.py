@@ -73,16 +73,21 @@ def note_result(t: Tensor, new: Tensor) -> None:
     of it changes what that node saved (mark_storage). flame's view is derived again from its base, so the
     node's result is new alone."""
     root = t._base if t._base is not None else t
+    if new._value is not None:  # while tracing: the trace keeps it, and it goes with the trace (it is a
+        kept = new._trace.view_results  # node of that trace alone)
+        kept[root] = (*kept.get(root, ()), (new, t))
+        return
     # eagerly held weakly: a result nothing holds any more is in no node a backward can reach, so a long-lived
-    # tensor written through views step after step keeps no earlier step's results; while tracing, the trace's
-    # graph holds the result's value, not the tensor, so it is held strongly
-    held = weakref.ref(new) if new._value is None else (lambda: new)
-    _RESULTS[root] = (*((ref, view) for ref, view in _RESULTS.get(root, ()) if ref() is not None), (held, t))
+    # tensor written through views step after step keeps no earlier step's results
+    _RESULTS[root] = (*((ref, view) for ref, view in _RESULTS.get(root, ()) if ref() is not None),
+                      (weakref.ref(new), t))
 
 
-def _results(root) -> list[tuple[Tensor, Tensor]]:
-    """The (result, view) pairs note_result kept for root whose result is alive."""
-    return [(new, view) for ref, view in _RESULTS.get(root, ()) if (new := ref()) is not None]
+def _results(root, trace=None) -> list[tuple[Tensor, Tensor]]:
+    """The (result, view) pairs note_result kept for root: eagerly those whose result is alive, and while
+    tracing (trace) those of the trace."""
+    eager = [(new, view) for ref, view in _RESULTS.get(root, ()) if (new := ref()) is not None]
+    return eager + list(trace.view_results.get(root, ())) if trace is not None else eager
 
 
 def mark_storage(t, trace=None) -> None:
@@ -90,11 +95,13 @@ def mark_storage(t, trace=None) -> None:
     of the in-place ops written into views of it before (note_result) are marked, as torch's version
     counter of the storage moves on under the nodes that saved them."""
     root = t._base if t._base is not None else t
-    results = _results(root)
+    results = _results(root, trace)
     if _RESULTS.get(root):
         _RESULTS[root] = ()
-        for new, _ in results:
-            mark(new, trace)
+    if trace is not None and trace.view_results.get(root):
+        trace.view_results[root] = ()
+    for new, _ in results:
+        mark(new, trace)
 
 
 def read_storage_live(t, trace=None) -> None:
@@ -103,10 +110,10 @@ def read_storage_live(t, trace=None) -> None:
     node reads its saved output's storage (data_writes.py): eagerly marked live, while tracing each
     result's value is replaced by its view's value then (Trace.data_written)."""
     root = t._base if t._base is not None else t
-    for new, view in _results(root):
+    for new, view in _results(root, trace):
         if trace is None:
             mark_live(new, view)
-        elif new._value is None or new._trace is trace:  # a result of an earlier call's trace is no node of this one
+        else:
             trace.data_written.setdefault(trace.value_of(new), (view, False))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flame._identity import ByIdentity
 from flame.errors import AutogradError, TraceError
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.counted_writes import refused, saved_modified_error
@@ -150,6 +151,9 @@ class Trace:
     checkpoint_args: dict = field(default_factory=dict)
     # op -> what torch's node saved, for the ops of a composite torch records as one node (torch_saves.py)
     torch_saves: dict = field(default_factory=dict)
+    # a written storage's root tensor -> the (result, view) of each in-place op written into a view of it while
+    # tracing (counted_writes.note_result): the trace keeps them, so they go with it
+    view_results: ByIdentity = field(default_factory=ByIdentity)
 
     def __post_init__(self):
         self.builder = Builder(self.graph)

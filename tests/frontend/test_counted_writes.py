@@ -173,3 +173,26 @@ def test_in_place_writes_through_views_keep_no_earlier_results():
     y = w * 2  # a result a node still holds stays noted: a later counted write into its base is torch's error
     y[0].exp_()
     assert len(counted_writes._results(y)) == 1
+
+
+@pytest.mark.filterwarnings("ignore::flame.RecompileWarning")
+def test_traced_in_place_writes_through_views_go_with_their_trace():
+    """The results of in-place ops written into views of a captured buffer while tracing are kept by their
+    trace: traces of other sizes, one after another, leave none of theirs noted against the buffer (each
+    held its whole trace alive)."""
+    import gc
+
+    from flame.frontend import counted_writes
+
+    buf = flame.zeros(4, 3)
+
+    @flame.compile(dynamic=False)
+    def step(x):
+        buf[0].add_(x.sum())
+        return buf * 1
+
+    for n in range(1, 6):
+        step(flame.ones(n))
+    gc.collect()
+    assert len(counted_writes._results(buf)) == 0
+    np.testing.assert_array_equal(buf.numpy()[0], np.full(3, 15.0))
