@@ -157,8 +157,8 @@ def test_the_pipelined_flash_kernels_take_their_dynamic_shared_memory_into_the_p
         assert np.abs(got.float().numpy() - want).max() <= 3e-2 * np.abs(want).max()
     by_stem = {k.name.rsplit("_", 1)[0]: k for k in step._last.plan.kernels() if k.name.startswith("flash")}
     row = (64 + 8) * 2
-    # the forward's 128 query rows (2 m tiles per warp at head dim 64), two key and two value tiles
-    assert by_stem["flash_attention_fwd_bf16_d64"].smem == 128 * row + 4 * 64 * row > 48 * 1024
+    # the forward's 128 query rows (2 m tiles per warp at head dim 64), two key and two value tiles of 128 keys
+    assert by_stem["flash_attention_fwd_bf16_d64"].smem == 128 * row + 4 * 128 * row > 48 * 1024
     # K, V, two Q and two dO tiles, dS^T, the statistics
     assert by_stem["flash_attention_backward_mma_bf16_d64"].smem == 6 * 64 * row + 64 * 72 * 2 + 4 * 64 * 4 > 48 * 1024
     assert by_stem["flash_attention_backward_prep_bf16_d64"].smem == 0
