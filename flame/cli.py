@@ -142,18 +142,22 @@ def cmd_cache(a) -> int:
         n = nvrtc.cache_clear()
         plans = disk_cache.cache_clear()
         graphs = disk_cache.cache_clear(disk_cache.CUDNN_SUFFIX)
-        print(f"removed {n} cached kernel(s), {plans} cached plan(s) and {graphs} cached cuDNN graph(s) from "
-              f"{nvrtc.cache_dir()}")
+        templates = disk_cache.cache_clear(disk_cache.TEMPLATE_SUFFIX)
+        print(f"removed {n} cached kernel(s), {plans} cached plan(s), {graphs} cached cuDNN graph(s) and "
+              f"{templates} compiled template(s) from {nvrtc.cache_dir()}")
         return 0
     info = nvrtc.cache_info()
     plans = disk_cache.cache_info()
     graphs = disk_cache.cache_info(disk_cache.CUDNN_SUFFIX)
+    templates = disk_cache.cache_info(disk_cache.TEMPLATE_SUFFIX)
     limit = (f"{plans['limit']} (FLAME_CACHE_SIZE)" if plans["limit"]
              else "0: the plan and cuDNN graph caches are off (FLAME_CACHE_SIZE)")
     print(f"kernel cache: {info['dir']}\n  entries: {info['entries']}\n  bytes:   {info['bytes']}\n"
           f"plan cache: {plans['dir']}\n  entries: {plans['entries']}\n  bytes:   {plans['bytes']}\n"
           f"cuDNN graph cache: {graphs['dir']}\n  entries: {graphs['entries']}\n  bytes:   {graphs['bytes']}\n"
-          f"size limit of all three: {limit}")
+          f"compiled kernel templates: {templates['dir']}\n  entries: {templates['entries']}\n"
+          f"  bytes:   {templates['bytes']}\n"
+          f"size limit of all four: {limit}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """The directory rules of flame's on-disk caches, which share one directory (FLAME_CACHE_DIR, owned by
 codegen/nvrtc.py with its per-user HMAC key and atomic writes): NVRTC's cubins (`.cubin`), the plan cache's
-entries (`.plan`, plan/cache.py) and built cuDNN graphs (`.cudnn`, runtime/cudnn_cache.py).
+entries (`.plan`, plan/cache.py), built cuDNN graphs (`.cudnn`, runtime/cudnn_cache.py) and the kernel
+templates' compiled code (`.jinja`, codegen/template_cache.py).
 FLAME_CACHE_SIZE bounds the bytes of all of them together (default 4 GiB; a number of bytes, or with a
 K, M or G suffix; 0 turns the plan and cuDNN caches off): after a store that may have passed it the least
 recently used entries (by modification time: a read entry is touched) are deleted until the rest fit. Whether
@@ -25,6 +26,7 @@ from flame.errors import ArgumentError
 SUFFIX = ".plan"
 KERNEL_SUFFIX = ".cubin"
 CUDNN_SUFFIX = ".cudnn"  # built cuDNN graphs (flame.runtime.cudnn_cache)
+TEMPLATE_SUFFIX = ".jinja"  # the kernel templates' compiled code (flame.codegen.template_cache)
 DEFAULT_SIZE = 4 << 30
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _lock = threading.Lock()
@@ -67,12 +69,12 @@ def flame_version() -> str:
 
 
 def _entries(folder: Path) -> list[tuple[float, int, str]]:
-    """(modification time, bytes, path) of every plan, kernel and cuDNN graph entry in folder (a path
+    """(modification time, bytes, path) of every plan, kernel, cuDNN graph and template entry in folder (a path
     as the directory scan gives it: a store scans thousands of entries and deletes few)."""
     found = []
     with os.scandir(folder) as it:
         for e in it:
-            if e.name.endswith((SUFFIX, KERNEL_SUFFIX, CUDNN_SUFFIX)) and not e.name.startswith("."):
+            if e.name.endswith((SUFFIX, KERNEL_SUFFIX, CUDNN_SUFFIX, TEMPLATE_SUFFIX)) and not e.name.startswith("."):
                 try:
                     st = e.stat()
                 except FileNotFoundError:
@@ -114,14 +116,15 @@ def settle(folder: Path, limit: int) -> int:
 
 def cache_info(suffix: str = SUFFIX) -> dict:
     """{'dir', 'entries', 'bytes', 'limit'} of the plan cache (for `flame cache`); `suffix`
-    CUDNN_SUFFIX: of the cuDNN graphs stored beside it."""
+    CUDNN_SUFFIX or TEMPLATE_SUFFIX: of the cuDNN graphs or compiled templates stored beside it."""
     d = nvrtc.cache_dir()
     files = [p for p in d.glob("*" + suffix) if p.is_file()]
     return {"dir": str(d), "entries": len(files), "bytes": sum(p.stat().st_size for p in files), "limit": size_limit()}
 
 
 def cache_clear(suffix: str = SUFFIX) -> int:
-    """Delete every plan entry (`suffix` CUDNN_SUFFIX: every cuDNN graph); returns how many were removed."""
+    """Delete every plan entry (`suffix` CUDNN_SUFFIX or TEMPLATE_SUFFIX: every cuDNN graph or compiled
+    template); returns how many were removed."""
     n = 0
     for p in nvrtc.cache_dir().glob("*" + suffix):
         try:

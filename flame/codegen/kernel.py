@@ -14,6 +14,7 @@ import jinja2
 from flame._env import env_choice, env_flag, env_int
 from flame.codegen import cuda_c
 from flame.codegen.snippets import prelude
+from flame.codegen.template_cache import SignedTemplates
 from flame.errors import ArgumentError
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
@@ -283,6 +284,7 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
     keep_trailing_newline=True,
+    bytecode_cache=SignedTemplates(),  # each template's compiled code, kept between processes
 )
 _ENV.filters["chomp"] = lambda s: str(s)[:-1] if str(s).endswith("\n") else str(s)
 
