@@ -551,6 +551,10 @@ def _write_view(t, new, what: str, fill: bool) -> None:
                 note_result(base, Tensor._traced(trace.value_of(old), trace))  # (as _untracked's, eagerly)
                 count_write_through(t, trace)
             merged = _keeping_history(trace, old, merged, counted=not through_data(t))
+            if t._value is not None and not through_data(t):
+                # t's own value (a detach() of the base) counts from when the write into it began: the write's
+                # ops (mul_'s, which saved t) come after, as torch's node, which saved a clone of t
+                mark_counted(t, trace)
         if not untracked:  # what the ops recorded before saved of the base or of t raises at backward
             mark_counted(base, trace)
             mark_storage(base, trace)
