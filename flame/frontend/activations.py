@@ -26,7 +26,14 @@ from flame.frontend.functional import (
     weighted_loss_reduce,
 )
 from flame.frontend.norms import floating_only, kernel_dtypes, torch_dtype_name
-from flame.frontend.opmath import composite, float_gradient, half_gradient, wide, with_derivative
+from flame.frontend.opmath import (
+    composite,
+    float_gradient,
+    half_gradient,
+    wide,
+    with_derivative,
+    with_derivative_inside,
+)
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.promotion import bool_as_number, fits, result_type, same_dtype
 from flame.frontend.tensor import Tensor
@@ -207,7 +214,7 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tens
     if not float_gradient(input):
         return value
     x = wide(input)
-    return with_derivative(input, value, where((x > min_val) & (x < max_val), 1.0, 0.0).to(x.dtype))
+    return with_derivative_inside(input, value, (x > min_val) & (x < max_val))
 
 
 def relu6(input: Tensor) -> Tensor:  # noqa: A002
@@ -223,14 +230,13 @@ def _hardsigmoid(x: Tensor) -> Tensor:
 @saves("input")
 def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     """relu6(x + 3) / 6 (for f16 / bf16 in f32 rounded once); its gradient PyTorch's kernel's: the cotangent
-    times 1/6 (an f32 for f32 and the half types) strictly inside (-3, 3), else 0."""
+    times 1/6 (rounded to f32 whatever the dtype, as torch's `1.0f / 6.0f`) strictly inside (-3, 3), else 0."""
     floating_only("hardsigmoid", input)
     value = _hardsigmoid(input)
     if not float_gradient(input):
         return value
     x = wide(input)
-    sixth = 1 / 6 if x.dtype == f64 else _f32(1 / 6)
-    return with_derivative(input, value, where((x > -3) & (x < 3), sixth, 0.0).to(x.dtype))
+    return with_derivative_inside(input, value, (x > -3) & (x < 3), _f32(1 / 6))
 
 
 @composite
@@ -246,7 +252,7 @@ def hardswish(input: Tensor) -> Tensor:  # noqa: A002
     if not float_gradient(input):
         return value
     x = wide(input)
-    return with_derivative(input, value, where(x <= -3, 0.0, where(x < 3, x / 3 + 0.5, 1.0)).to(x.dtype))
+    return with_derivative_inside(input, value, x > -3, where(x < 3, x / 3 + 0.5, 1.0).to(x.dtype))
 
 
 def softsign(input: Tensor) -> Tensor:  # noqa: A002

@@ -232,6 +232,18 @@ def with_derivative(x: Tensor, value: Tensor, d: Tensor) -> Tensor:
     return apply("straight_through", _cast(wide(x) * d.detach(), x.dtype), value)
 
 
+def with_derivative_inside(x: Tensor, value: Tensor, inside: Tensor, d: Tensor | float = 1.0) -> Tensor:
+    """value (of x's dtype), whose gradient to x is the cotangent times d where `inside` holds and 0
+    elsewhere: a select, as torch's backward kernels of the ops flat outside a range (hardtanh_backward,
+    hardsigmoid_backward, hardswish_backward, logit_backward with eps), so an infinite or NaN cotangent
+    gives 0 where the op is flat, not the NaN of a product with 0 (with_derivative's)."""
+    w = wide(x)
+    # the select first, then d: the backward multiplies by d and then selects, so a d that is infinite where
+    # the op is flat (logit's 1 / (x (1 - x)) at 0) gives 0 there too
+    chosen = apply("where", inside.detach(), w, apply("full", shape=(), value=0.0, dtype=w.dtype))
+    return apply("straight_through", _cast(chosen * (d.detach() if isinstance(d, Tensor) else d), x.dtype), value)
+
+
 
 def var_correction(op: str, dim, unbiased, correction, keepdim: bool = False) -> tuple:
     """(dim, correction) of var / std / var_mean / std_mean called as torch's: a bool where the dim goes is

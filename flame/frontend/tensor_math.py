@@ -385,8 +385,9 @@ class TensorMath:
         if not opmath.wants_gradient(x):
             return value
         w = opmath.wide(x)
-        lo, hi, outside = (0.0, 1.0, float("nan")) if eps is None else (eps, 1 - eps, 0.0)
-        return opmath.with_derivative(x, value, where((w < lo) | (w > hi), outside, 1 / (w * (1 - w))))
+        if eps is None:  # NaN outside [0, 1], as torch's
+            return opmath.with_derivative(x, value, where((w < 0.0) | (w > 1.0), float("nan"), 1 / (w * (1 - w))))
+        return opmath.with_derivative_inside(x, value, (w >= eps) & (w <= 1 - eps), 1 / (w * (1 - w)))
 
     # ---- reductions and statistics ---------------------------------------------------------------
     def logsumexp(self, dim, keepdim: bool = False):
