@@ -493,6 +493,19 @@ def _check_offsets(offsets: Tensor, length: int) -> None:
         raise IndexValueError(f"embedding_bag: {problem}\n  at {user_location()}")
 
 
+def _selected_max(rows: Tensor, value: Tensor, to_rows, total) -> Tensor:
+    """value (each bag's max of `rows`, computed with no gradient), whose gradient to rows is torch's
+    embedding_bag max backward's: the cotangent to the entries equal to their bag's max (shared evenly
+    among equal ones), and 0 to the others whatever the cotangent (a select, the backward's last step: an
+    infinite cotangent gives them no NaN). to_rows(t): t of the bags' shape at each entry; total(t): t of the
+    entries' shape summed over each bag."""
+    if not float_gradient(rows):
+        return value
+    is_max = rows.detach() == to_rows(value)
+    n = to_rows(total(is_max.to(rows.dtype)).clamp(min=1.0))
+    return apply("straight_through", total(where(is_max, rows, 0.0) / n), value)
+
+
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def embedding_bag(
     input: Tensor,
@@ -557,7 +570,7 @@ def embedding_bag(
     if ids is None:
         rows = rows.reshape(bags, length, dim)
         if mode == "max":
-            out = rows.amax(1)
+            out = _selected_max(rows, rows.detach().amax(1), lambda t: t.unsqueeze(1), lambda t: t.sum(1))
             return where(out == float("-inf"), 0.0, out) if keep is not None else out
         total = rows.sum(1)
         if mode == "sum":
@@ -569,8 +582,9 @@ def embedding_bag(
     slots = bags + (1 if include_last_offset and not bags else 0)  # no bag: a spare slot, dropped
     idx = ids.to(input.dtype).unsqueeze(-1).broadcast_to(rows.shape)
     if mode == "max":  # an empty bag keeps its zeros (include_self=False), as PyTorch's
-        out = zeros(slots, dim, dtype=rows.dtype).scatter_reduce(0, idx, rows, "amax", include_self=False)
-        out = out.narrow(0, 0, bags)
+        value = zeros(slots, dim, dtype=rows.dtype).scatter_reduce(0, idx, rows.detach(), "amax", include_self=False)
+        out = _selected_max(rows, value, lambda t: t.gather(0, idx),
+                            lambda t: zeros(slots, dim, dtype=rows.dtype).scatter_add(0, idx, t)).narrow(0, 0, bags)
         return where(out == float("-inf"), 0.0, out) if keep is not None else out
     total = zeros(slots, dim, dtype=rows.dtype).scatter_add(0, idx, rows).narrow(0, 0, bags)
     if mode == "sum":

@@ -70,3 +70,23 @@ def test_offsets_torch_refuses_raise(offsets):
             torch.nn.functional.embedding_bag(torch.tensor(indices), torch.tensor(weight), torch.tensor(offsets))
     with pytest.raises(IndexError, match=r"offsets(.|\n)*test_embedding_bag_max"):
         flame.nn.functional.embedding_bag(flame.tensor(indices), flame.tensor(weight), flame.tensor(offsets))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("cotangent", [np.inf, np.nan])
+@pytest.mark.parametrize("offsets", [None, [0, 3]], ids=["2-D input", "offsets"])
+def test_an_infinite_or_nan_cotangent_reaches_only_the_max(offsets, cotangent, compiled):
+    """torch's max backward gives the cotangent to each bag's max and 0 to its other entries whatever the
+    cotangent (a select): flame's scattered it through a product with 0, an infinite one giving NaN to
+    them (an inf var fed to embedding_bag, found by the random-program fuzzer)."""
+    index = np.array([[1, 1, 0, 1], [2, 3, 3, 5]]) if offsets is None else np.array([1, 1, 0, 1, 1, 4, 2])
+    grads = []
+    for L in (torch, flame):
+        def step(w, g, L=L):
+            out = L.nn.functional.embedding_bag(L.tensor(index), w, None if offsets is None else L.tensor(offsets),
+                                                mode="max")
+            return L.autograd.grad(out, [w], grad_outputs=g)[0]
+
+        run = flame.compile(step) if L is flame and compiled else step
+        grads.append(run(L.tensor(WEIGHT, requires_grad=True), L.tensor(np.full((2, 4), cotangent))).numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
