@@ -21,7 +21,8 @@ class TensorPieces:
     def split(self, split_size, dim: int = 0):
         """Pieces of split_size along dim (the last one smaller), or of the listed sizes: views, which
         may not be written in place while the write records a gradient, as torch's (views.several_views)."""
-        call = "split" if isinstance(int_arg(split_size), (int, np.integer)) else "split_with_sizes"
+        split_size = int_arg(split_size)
+        call = "split" if isinstance(split_size, (int, np.integer)) else "split_with_sizes"
         return several_views(self._split(split_size, dim), call)
 
     def _split(self, split_size, dim: int = 0):

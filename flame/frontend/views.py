@@ -89,10 +89,10 @@ def check_one_of_several(t: Tensor, what: str) -> None:
     if got is not None:
         call, k = got
         raise AutogradError(f"{what}: output {k} of {call} (or a view of it) is a view and is being modified in place. "
-                        f"This view is the output of a function that returns multiple views. Such functions do "
-                        f"not allow the output views to be modified in place: replace the in-place op by an "
-                        f"out-of-place one (or write under `with flame.no_grad():`, or into a clone)"
-                        f"\n  at {user_location()}")
+                            f"This view is the output of a function that returns multiple views. Such functions do "
+                            f"not allow the output views to be modified in place: replace the in-place op by an "
+                            f"out-of-place one (or write under `with flame.no_grad():`, or into a clone)"
+                            f"\n  at {user_location()}")
 
 
 def stale(x: Tensor) -> bool:
